@@ -1,0 +1,193 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM project
+"""ParaSLSTM recurrence ops against a float64 step-by-step reference."""
+
+import pytest
+import torch
+
+from tests.kernels.mamba.paraslstm_reference import reference_scan
+from vllm.model_executor.layers.mamba.ops.cpu.paraslstm import (
+    paraslstm_scan_cpu,
+    paraslstm_update_cpu,
+)
+
+NULL = 0
+
+IMPLS = {"cpu": ("cpu", paraslstm_scan_cpu, paraslstm_update_cpu)}
+
+
+def _recurrent(mix: str, d: int, num_heads: int, clamp: float) -> torch.Tensor:
+    if mix == "diag":
+        r = torch.randn(4, d)
+    else:
+        head_dim = d // num_heads
+        r = torch.randn(4, num_heads, head_dim, head_dim) / head_dim**0.5
+    return r.clamp(-clamp, clamp)
+
+
+def _pages(num_blocks: int, d: int) -> torch.Tensor:
+    pages = torch.empty(num_blocks, 4, d)
+    pages[:, 0] = torch.randn(num_blocks, d)
+    pages[:, 1] = torch.rand(num_blocks, d) * 2 + 0.1
+    pages[:, 2] = torch.randn(num_blocks, d) * 3
+    pages[:, 3] = torch.rand(num_blocks, d) * 2 - 1
+    pages[NULL] = float("nan")
+    return pages
+
+
+def _tol(dtype: torch.dtype) -> dict:
+    """Tolerance for ``h`` written in ``dtype`` (one rounding of the output)."""
+    eps = {torch.float32: 2e-4, torch.float16: 2e-3, torch.bfloat16: 1e-2}[dtype]
+    return {"atol": eps, "rtol": eps}
+
+
+@pytest.mark.parametrize("impl", list(IMPLS))
+@pytest.mark.parametrize("mix,d,num_heads", [("diag", 37, 1), ("head", 48, 4)])
+@pytest.mark.parametrize("gate_dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("scale", [1.0, 12.0])
+def test_update(impl, mix, d, num_heads, gate_dtype, scale):
+    device, _, update = IMPLS[impl]
+    torch.manual_seed(0)
+    batch, num_blocks = 9, 16
+    pages = _pages(num_blocks, d)
+    rec = _recurrent(mix, d, num_heads, 0.5)
+    gates = (torch.randn(batch, 4 * d) * scale).to(gate_dtype)
+    idx = torch.randperm(num_blocks - 1)[:batch].int() + 1
+    idx[[2, 7]] = NULL
+    qsl = torch.arange(batch + 1, dtype=torch.int32)
+    has_init = torch.ones(batch, dtype=torch.bool)
+    want_h, want_pages = reference_scan(gates, rec, pages, qsl, idx, has_init, NULL)
+
+    state = pages.to(device)
+    out = torch.full((batch, d), 7.0, dtype=gate_dtype, device=device)
+    update(gates.to(device), rec.to(device), state, idx.to(device), out)
+
+    real = idx != NULL
+    torch.testing.assert_close(
+        out.cpu()[real].double(), want_h[real], **_tol(gate_dtype), check_dtype=False
+    )
+    touched = idx[real].long()
+    torch.testing.assert_close(
+        state.cpu()[touched].double(), want_pages[touched], atol=2e-4, rtol=2e-4
+    )
+    untouched = torch.ones(num_blocks, dtype=torch.bool)
+    untouched[touched] = False
+    assert torch.equal(
+        state.cpu()[untouched].nan_to_num(123.0),
+        pages[untouched].nan_to_num(123.0),
+    )
+
+
+@pytest.mark.parametrize("impl", list(IMPLS))
+@pytest.mark.parametrize("mix,d,num_heads", [("diag", 33, 1), ("head", 24, 3)])
+@pytest.mark.parametrize("gate_dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("scale", [1.0, 10.0])
+def test_scan_varlen(impl, mix, d, num_heads, gate_dtype, scale):
+    device, scan, _ = IMPLS[impl]
+    torch.manual_seed(1)
+    lens = [1, 17, 3, 1, 40, 9]
+    num_blocks = 12
+    qsl = torch.tensor([0] + lens).cumsum(0).int()
+    num_tokens = int(qsl[-1])
+    pages = _pages(num_blocks, d)
+    rec = _recurrent(mix, d, num_heads, 0.5)
+    gates = (torch.randn(num_tokens, 4 * d) * scale).to(gate_dtype)
+    idx = torch.tensor([3, 7, NULL, 1, 11, 5], dtype=torch.int32)
+    has_init = torch.tensor([True, False, True, True, True, False])
+    want_h, want_pages = reference_scan(gates, rec, pages, qsl, idx, has_init, NULL)
+
+    state = pages.to(device)
+    out = torch.empty(num_tokens, d, dtype=gate_dtype, device=device)
+    scan(
+        gates.to(device),
+        rec.to(device),
+        state,
+        qsl.to(device),
+        idx.to(device),
+        has_init.to(device),
+        out,
+    )
+    real_tok = torch.ones(num_tokens, dtype=torch.bool)
+    real_tok[int(qsl[2]) : int(qsl[3])] = False
+    torch.testing.assert_close(
+        out.cpu()[real_tok].double(),
+        want_h[real_tok],
+        check_dtype=False,
+        **_tol(gate_dtype),
+    )
+    pages_used = idx[idx != NULL].long()
+    torch.testing.assert_close(
+        state.cpu()[pages_used].double(), want_pages[pages_used], atol=2e-4, rtol=2e-4
+    )
+    for b in range(num_blocks):
+        if b not in pages_used.tolist():
+            assert torch.equal(
+                state.cpu()[b].nan_to_num(123.0), pages[b].nan_to_num(123.0)
+            )
+
+
+@pytest.mark.parametrize("impl", list(IMPLS))
+@pytest.mark.parametrize("mix", ["diag", "head"])
+def test_long_scan_matches_prefill_then_decode(impl, mix):
+    """A long prompt split as prefill + prefill-with-state + decodes."""
+    device, scan, update = IMPLS[impl]
+    torch.manual_seed(2)
+    d, num_heads, total = 16, 2, 300
+    rec = _recurrent(mix, d, num_heads, 0.5)
+    gates = torch.randn(total, 4 * d) * 3
+    pages = _pages(4, d)
+    one = torch.tensor([2], dtype=torch.int32)
+    want_h, want_pages = reference_scan(
+        gates, rec, pages, torch.tensor([0, total]).int(), one, None, NULL
+    )
+
+    state = pages.to(device)
+    out = torch.empty(total, d, device=device)
+    split = 250
+    scan(
+        gates[:120].to(device),
+        rec.to(device),
+        state,
+        torch.tensor([0, 120], dtype=torch.int32, device=device),
+        one.to(device),
+        torch.tensor([False], device=device),
+        out[:120],
+    )
+    scan(
+        gates[120:split].to(device),
+        rec.to(device),
+        state,
+        torch.tensor([0, split - 120], dtype=torch.int32, device=device),
+        one.to(device),
+        torch.tensor([True], device=device),
+        out[120:split],
+    )
+    for t in range(split, total):
+        update(
+            gates[t : t + 1].to(device),
+            rec.to(device),
+            state,
+            one.to(device),
+            out[t : t + 1],
+        )
+    torch.testing.assert_close(out.cpu().double(), want_h, atol=2e-4, rtol=2e-4)
+    torch.testing.assert_close(state.cpu()[2].double(), want_pages[2], atol=1e-3, rtol=1e-4)
+
+
+@pytest.mark.parametrize("impl", list(IMPLS))
+def test_bad_shapes_raise(impl):
+    device, scan, update = IMPLS[impl]
+    d = 8
+    state = torch.zeros(4, 4, d, device=device)
+    rec = torch.zeros(4, d, device=device)
+    idx = torch.tensor([1], dtype=torch.int32, device=device)
+    with pytest.raises(ValueError, match="gates"):
+        update(torch.zeros(1, 3 * d, device=device), rec, state, idx,
+               torch.zeros(1, d, device=device))
+    with pytest.raises(ValueError, match="recurrent"):
+        update(torch.zeros(1, 4 * d, device=device), torch.zeros(3, d, device=device),
+               state, idx, torch.zeros(1, d, device=device))
+    with pytest.raises(ValueError, match="state_indices"):
+        scan(torch.zeros(3, 4 * d, device=device), rec, state,
+             torch.tensor([0, 1, 3], dtype=torch.int32, device=device), idx, None,
+             torch.zeros(3, d, device=device))
