@@ -1,0 +1,232 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM project
+
+import torch
+from torch.nn.parameter import Parameter
+
+from vllm.compilation.breakable_cudagraph import eager_break_during_capture
+from vllm.config import CacheConfig, ModelConfig, get_current_vllm_config
+from vllm.distributed import (
+    divide,
+    get_tensor_model_parallel_rank,
+    get_tensor_model_parallel_world_size,
+    tensor_model_parallel_all_gather,
+)
+from vllm.forward_context import ForwardContext, get_forward_context
+from vllm.model_executor.custom_op import PluggableLayer
+from vllm.model_executor.layers.linear import MergedColumnParallelLinear
+from vllm.model_executor.layers.mamba.abstract import MambaBase
+from vllm.model_executor.layers.mamba.mamba_utils import (
+    MambaStateDtypeCalculator,
+    MambaStateShapeCalculator,
+)
+from vllm.model_executor.layers.quantization import QuantizationConfig
+from vllm.model_executor.utils import set_weight_attrs
+from vllm.platforms import current_platform
+from vllm.utils.torch_utils import (
+    LayerNameType,
+    _encode_layer_name,
+    _resolve_layer_name,
+    direct_register_custom_op,
+)
+from vllm.v1.attention.backends.paraslstm_attn import ParaSLSTMAttentionMetadata
+from vllm.v1.attention.backends.registry import MambaAttentionBackendEnum
+
+
+# --8<-- [start:paraslstm_mixer]
+@PluggableLayer.register("paraslstm_mixer")
+class ParaSLSTMMixer(MambaBase, PluggableLayer):
+    """sLSTM recurrence of a ParaSLSTM block (Beck et al., 2024).
+
+    Per sequence the state page is `(4, d)` with slots `(c, n, m, h)`. The
+    input projection gives the gate pre-activations `(i, f, z, o)`, the
+    recurrent weights add `R h_prev` (one weight per channel for
+    `mix="diag"`, a dense block per head for `mix="head"`), and `h` is the
+    layer output. Channels (or whole heads) are sharded over tensor-parallel
+    ranks; the output is gathered back to the full width.
+    """
+
+    # --8<-- [end:paraslstm_mixer]
+
+    def __init__(
+        self,
+        hidden_size: int,
+        mix: str,
+        num_heads: int | None,
+        max_recurrent_norm: float | None,
+        model_config: ModelConfig | None = None,
+        cache_config: CacheConfig | None = None,
+        quant_config: QuantizationConfig | None = None,
+        prefix: str = "",
+    ):
+        super().__init__()
+        self.hidden_size = hidden_size
+        self.mix = mix
+        self.max_recurrent_norm = max_recurrent_norm
+        self.tp_size = get_tensor_model_parallel_world_size()
+        self.tp_rank = get_tensor_model_parallel_rank()
+        if mix == "head":
+            assert num_heads is not None
+            if num_heads % self.tp_size != 0:
+                raise ValueError(
+                    f"ParaSLSTM mix='head' shards whole heads: n_heads={num_heads} "
+                    f"is not divisible by tensor_parallel_size={self.tp_size}"
+                )
+        self.num_heads = num_heads
+        self.local_size = divide(hidden_size, self.tp_size)
+
+        self.in_proj = MergedColumnParallelLinear(
+            input_size=hidden_size,
+            output_sizes=[hidden_size] * 4,
+            bias=True,
+            quant_config=quant_config,
+            prefix=f"{prefix}.in_proj",
+        )
+        state_dtype = self._state_dtype(model_config, cache_config)
+        if mix == "head":
+            assert num_heads is not None
+            head_dim = hidden_size // num_heads
+            local_heads = divide(num_heads, self.tp_size)
+            self.R_head = Parameter(
+                torch.empty(4, local_heads, head_dim, head_dim, dtype=state_dtype),
+                requires_grad=False,
+            )
+            set_weight_attrs(self.R_head, {"weight_loader": self._load_recurrent})
+        else:
+            self.R = Parameter(
+                torch.empty(4, self.local_size, dtype=state_dtype),
+                requires_grad=False,
+            )
+            set_weight_attrs(self.R, {"weight_loader": self._load_recurrent})
+
+        compilation_config = get_current_vllm_config().compilation_config
+        if prefix in compilation_config.static_forward_context:
+            raise ValueError(f"Duplicate layer name: {prefix}")
+        compilation_config.static_forward_context[prefix] = self
+        self.kv_cache = (torch.tensor([]),)
+
+        self.model_config = model_config
+        self.cache_config = cache_config
+        self.prefix = prefix
+
+    @property
+    def recurrent_weight(self) -> torch.Tensor:
+        return self.R_head if self.mix == "head" else self.R
+
+    def _load_recurrent(self, param: Parameter, loaded_weight: torch.Tensor) -> None:
+        # Dim 1 is the channel axis for R (4, d) and the head axis for
+        # R_head (4, H, d/H, d/H); both are sharded contiguously by rank.
+        shard = param.shape[1]
+        weight = loaded_weight.narrow(1, self.tp_rank * shard, shard)
+        if self.max_recurrent_norm is not None:
+            weight = weight.clamp(-self.max_recurrent_norm, self.max_recurrent_norm)
+        param.data.copy_(weight)
+
+    def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        gates, _ = self.in_proj(hidden_states)
+        output = torch.empty(
+            hidden_states.shape[0],
+            self.local_size,
+            dtype=hidden_states.dtype,
+            device=hidden_states.device,
+        )
+        torch.ops.vllm.paraslstm_mixer(gates, output, _encode_layer_name(self.prefix))
+        if self.tp_size > 1:
+            output = tensor_model_parallel_all_gather(output)
+        return output
+
+    def forward_impl(self, gates: torch.Tensor, output: torch.Tensor) -> None:
+        forward_context: ForwardContext = get_forward_context()
+        attn_metadata_raw = forward_context.attn_metadata
+        if attn_metadata_raw is None:
+            # Profile run: no state pages are bound yet.
+            output.zero_()
+            return
+        assert isinstance(attn_metadata_raw, dict)
+        attn_metadata = attn_metadata_raw.get(self.prefix)
+        if attn_metadata is None:
+            output.zero_()
+            return
+        assert isinstance(attn_metadata, ParaSLSTMAttentionMetadata)
+
+        if current_platform.is_cpu():
+            from vllm.model_executor.layers.mamba.ops.cpu.paraslstm import (
+                paraslstm_scan_cpu as scan,
+            )
+            from vllm.model_executor.layers.mamba.ops.cpu.paraslstm import (
+                paraslstm_update_cpu as update,
+            )
+        else:
+            from vllm.model_executor.layers.mamba.ops.paraslstm import (
+                paraslstm_scan as scan,
+            )
+            from vllm.model_executor.layers.mamba.ops.paraslstm import (
+                paraslstm_update as update,
+            )
+
+        state = self.kv_cache[0]
+        recurrent = self.recurrent_weight
+        num_decodes = attn_metadata.num_decode_tokens
+        num_prefills = attn_metadata.num_prefill_tokens
+        if num_decodes > 0:
+            assert attn_metadata.state_indices_tensor_d is not None
+            update(
+                gates[:num_decodes],
+                recurrent,
+                state,
+                attn_metadata.state_indices_tensor_d[:num_decodes, 0],
+                output[:num_decodes],
+            )
+        if num_prefills > 0:
+            assert attn_metadata.query_start_loc_p is not None
+            assert attn_metadata.state_indices_tensor_p is not None
+            end = num_decodes + num_prefills
+            scan(
+                gates[num_decodes:end],
+                recurrent,
+                state,
+                attn_metadata.query_start_loc_p,
+                attn_metadata.state_indices_tensor_p,
+                attn_metadata.has_initial_states_p,
+                output[num_decodes:end],
+            )
+
+    @staticmethod
+    def _state_dtype(
+        model_config: ModelConfig | None, cache_config: CacheConfig | None
+    ) -> torch.dtype:
+        if model_config is None or cache_config is None:
+            return torch.float32
+        return MambaStateDtypeCalculator.paraslstm_state_dtype(
+            model_config.dtype, cache_config.mamba_ssm_cache_dtype
+        )[0]
+
+    def get_state_dtype(self) -> tuple[torch.dtype]:
+        return (self._state_dtype(self.model_config, self.cache_config),)
+
+    def get_state_shape(self) -> tuple[tuple[int, int]]:
+        return MambaStateShapeCalculator.paraslstm_state_shape(
+            tp_world_size=self.tp_size, hidden_size=self.hidden_size
+        )
+
+    @property
+    def mamba_type(self) -> MambaAttentionBackendEnum:
+        return MambaAttentionBackendEnum.PARASLSTM
+
+
+@eager_break_during_capture
+def paraslstm_mixer(
+    gates: torch.Tensor,
+    output: torch.Tensor,
+    layer_name: LayerNameType,
+) -> None:
+    forward_context: ForwardContext = get_forward_context()
+    self = forward_context.no_compile_layers[_resolve_layer_name(layer_name)]
+    self.forward_impl(gates=gates, output=output)
+
+
+direct_register_custom_op(
+    op_name="paraslstm_mixer",
+    op_func=paraslstm_mixer,
+    mutates_args=["output"],
+)
