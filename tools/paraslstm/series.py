@@ -581,14 +581,18 @@ def cmd_overlay(args: argparse.Namespace) -> int:
     )
     pristine = pristine_repo()
 
+    missing = [p for p in changed if not (tree / p).is_file()]
+    if missing:
+        raise SeriesError(
+            f"missing from the patched tree {tree} (stale patches/? run "
+            "`series.py generate`): " + ", ".join(missing)
+        )
     out = CACHE / "intree"
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     subprocess.run(["cp", "-al", str(site), str(out / "vllm")], check=True)
     for path in changed:
         src = tree / path
-        if not src.is_file():
-            raise SeriesError(f"{path}: missing from the patched tree {tree}")
         rel = Path(path).relative_to("vllm")
         dst = out / "vllm" / rel
         orig = site / rel
