@@ -44,10 +44,11 @@ from __future__ import annotations
 
 import os
 
-# Force the CPU path before torch/triton are imported: pararnn picks Triton
-# kernels only for CUDA tensors (``can_decode_step``), and everything here is
-# on CPU anyway.
-os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+# Hide any GPU before torch/triton are imported. Every tensor here is on CPU,
+# where pararnn never takes its Triton paths: ``generate()`` without a pool
+# runs ``_generate_carries``, and ``can_decode_step`` is False for CPU
+# tensors, so each step is the eager ``cell.step``.
+os.environ["CUDA_VISIBLE_DEVICES"] = ""
 
 import copy  # noqa: E402
 import importlib.metadata  # noqa: E402
@@ -255,7 +256,10 @@ def main(argv: list[str]) -> int:
     with open(argv[1]) as f:
         jobs = json.load(f)
     single = isinstance(jobs, dict)
-    torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
+    # The models are tiny: one thread is fastest (with more, some of
+    # cell.step's small batched matmuls for mix="head" take milliseconds)
+    # and makes the float32 reductions independent of the machine.
+    torch.set_num_threads(1)
     results = [run_job(job) for job in ([jobs] if single else jobs)]
     tmp = argv[2] + ".tmp"
     with open(tmp, "w") as f:
