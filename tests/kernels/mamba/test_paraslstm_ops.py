@@ -2,6 +2,8 @@
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
 """ParaSLSTM recurrence ops against a float64 step-by-step reference."""
 
+import os
+
 import pytest
 import torch
 
@@ -10,10 +12,31 @@ from vllm.model_executor.layers.mamba.ops.cpu.paraslstm import (
     paraslstm_scan_cpu,
     paraslstm_update_cpu,
 )
+from vllm.triton_utils import HAS_TRITON
 
 NULL = 0
 
 IMPLS = {"cpu": ("cpu", paraslstm_scan_cpu, paraslstm_update_cpu)}
+
+# The Triton kernels run natively on CUDA, and on CPU through the Triton
+# interpreter (TRITON_INTERPRET=1) where a real triton is bound, see
+# tools/paraslstm/run_triton_interpret_tests.sh.
+_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+if HAS_TRITON and (torch.cuda.is_available() or _INTERPRET):
+    from vllm.model_executor.layers.mamba.ops.paraslstm import (
+        paraslstm_scan,
+        paraslstm_update,
+    )
+
+    IMPLS["triton"] = (
+        "cuda" if torch.cuda.is_available() else "cpu",
+        paraslstm_scan,
+        paraslstm_update,
+    )
+if os.environ.get("PARASLSTM_REQUIRE_TRITON") == "1" and "triton" not in IMPLS:
+    raise RuntimeError("PARASLSTM_REQUIRE_TRITON=1 but the Triton ops are unavailable")
+# Large shapes only where the kernels run natively.
+_NATIVE = [k for k, v in IMPLS.items() if v[0] == "cuda"]
 
 
 def _recurrent(mix: str, d: int, num_heads: int, clamp: float) -> torch.Tensor:

@@ -1,0 +1,545 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM project
+"""Triton kernels for the ParaSLSTM recurrence: decode step and varlen scan.
+
+Same contract as the torch-native ops in ``ops/cpu/paraslstm.py``: gate
+pre-activations ``(num_tokens, 4 * d)`` in gate order ``(i, f, z, o)``,
+clamped recurrent weights ``(4, d)`` (``mix="diag"``) or ``(4, H, d/H, d/H)``
+(``mix="head"``), state pages ``(num_blocks, 4, d)`` with slots
+``(c, n, m, h)`` updated in place, arithmetic in float32. Rows whose state
+index equals ``null_block_id`` are padding: their page is neither read nor
+written and their output rows are set to zero.
+
+The decode kernels do no host synchronization and no allocation, and their
+grid depends only on tensor shapes, so they can be captured in CUDA graphs.
+"""
+
+import os
+
+import torch
+
+from vllm.model_executor.layers.mamba.ops.cpu.paraslstm import _check_common
+from vllm.triton_utils import tl, triton
+from vllm.v1.attention.backends.utils import NULL_BLOCK_ID
+
+_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+@triton.jit
+def _slstm_cell(z_i, z_f, z_z, z_o, c, n, m):
+    """One stabilized sLSTM cell update, elementwise in float32."""
+    m_f = z_f + m
+    m_new = tl.maximum(m_f, z_i)
+    i = tl.exp(z_i - m_new)
+    f = tl.exp(m_f - m_new)
+    tanh_z = 1.0 - 2.0 / (tl.exp(2.0 * z_z) + 1.0)
+    c_new = f * c + i * tanh_z
+    n_new = f * n + i
+    h_new = c_new / ((n_new + 1e-6) * (1.0 + tl.exp(-z_o)))
+    return c_new, n_new, m_new, h_new
+
+
+@triton.jit
+def _update_diag_kernel(
+    gates_ptr,
+    rec_ptr,
+    state_ptr,
+    idx_ptr,
+    out_ptr,
+    d,
+    stride_g_tok,
+    stride_g_ch,
+    stride_r_gate,
+    stride_r_ch,
+    stride_s_blk,
+    stride_s_slot,
+    stride_s_ch,
+    stride_o_tok,
+    stride_o_ch,
+    null_block_id,
+    BLOCK_D: tl.constexpr,
+):
+    row = tl.program_id(0)
+    offs = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+    mask = offs < d
+    page = tl.load(idx_ptr + row).to(tl.int64)
+    valid = page != null_block_id
+    smask = mask & valid
+
+    g = gates_ptr + row.to(tl.int64) * stride_g_tok + offs * stride_g_ch
+    z_i = tl.load(g, mask=mask, other=0.0).to(tl.float32)
+    z_f = tl.load(g + d * stride_g_ch, mask=mask, other=0.0).to(tl.float32)
+    z_z = tl.load(g + 2 * d * stride_g_ch, mask=mask, other=0.0).to(tl.float32)
+    z_o = tl.load(g + 3 * d * stride_g_ch, mask=mask, other=0.0).to(tl.float32)
+    r = rec_ptr + offs * stride_r_ch
+    r_i = tl.load(r, mask=mask, other=0.0).to(tl.float32)
+    r_f = tl.load(r + stride_r_gate, mask=mask, other=0.0).to(tl.float32)
+    r_z = tl.load(r + 2 * stride_r_gate, mask=mask, other=0.0).to(tl.float32)
+    r_o = tl.load(r + 3 * stride_r_gate, mask=mask, other=0.0).to(tl.float32)
+
+    s = state_ptr + page * stride_s_blk + offs * stride_s_ch
+    c = tl.load(s, mask=smask, other=0.0).to(tl.float32)
+    n = tl.load(s + stride_s_slot, mask=smask, other=0.0).to(tl.float32)
+    m = tl.load(s + 2 * stride_s_slot, mask=smask, other=0.0).to(tl.float32)
+    h = tl.load(s + 3 * stride_s_slot, mask=smask, other=0.0).to(tl.float32)
+
+    c, n, m, h = _slstm_cell(
+        z_i + r_i * h, z_f + r_f * h, z_z + r_z * h, z_o + r_o * h, c, n, m
+    )
+    sty = state_ptr.dtype.element_ty
+    tl.store(s, c.to(sty), mask=smask)
+    tl.store(s + stride_s_slot, n.to(sty), mask=smask)
+    tl.store(s + 2 * stride_s_slot, m.to(sty), mask=smask)
+    tl.store(s + 3 * stride_s_slot, h.to(sty), mask=smask)
+    o = out_ptr + row.to(tl.int64) * stride_o_tok + offs * stride_o_ch
+    tl.store(o, tl.where(valid, h, 0.0).to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _update_head_kernel(
+    gates_ptr,
+    rec_ptr,
+    state_ptr,
+    idx_ptr,
+    out_ptr,
+    batch,
+    d,
+    head_dim,
+    stride_g_tok,
+    stride_g_ch,
+    stride_r_gate,
+    stride_r_head,
+    stride_r_in,
+    stride_r_out,
+    stride_s_blk,
+    stride_s_slot,
+    stride_s_ch,
+    stride_o_tok,
+    stride_o_ch,
+    null_block_id,
+    BLOCK_B: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+):
+    head = tl.program_id(1)
+    rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
+    row_mask = rows < batch
+    pages = tl.load(idx_ptr + rows, mask=row_mask, other=null_block_id)
+    pages = pages.to(tl.int64)
+    valid = row_mask & (pages != null_block_id)
+    e = tl.arange(0, BLOCK_H)
+    e_mask = e < head_dim
+    ch = head * head_dim + e
+    mask = row_mask[:, None] & e_mask[None, :]
+    smask = valid[:, None] & e_mask[None, :]
+
+    s = state_ptr + pages[:, None] * stride_s_blk + ch[None, :] * stride_s_ch
+    h = tl.load(s + 3 * stride_s_slot, mask=smask, other=0.0).to(tl.float32)
+    c = tl.load(s, mask=smask, other=0.0).to(tl.float32)
+    n = tl.load(s + stride_s_slot, mask=smask, other=0.0).to(tl.float32)
+    m = tl.load(s + 2 * stride_s_slot, mask=smask, other=0.0).to(tl.float32)
+
+    g = gates_ptr + rows.to(tl.int64)[:, None] * stride_g_tok + ch[None, :] * stride_g_ch
+    z_i = tl.load(g, mask=mask, other=0.0).to(tl.float32)
+    z_f = tl.load(g + d * stride_g_ch, mask=mask, other=0.0).to(tl.float32)
+    z_z = tl.load(g + 2 * d * stride_g_ch, mask=mask, other=0.0).to(tl.float32)
+    z_o = tl.load(g + 3 * d * stride_g_ch, mask=mask, other=0.0).to(tl.float32)
+
+    r = (
+        rec_ptr
+        + head * stride_r_head
+        + e[:, None] * stride_r_in
+        + e[None, :] * stride_r_out
+    )
+    rmask = e_mask[:, None] & e_mask[None, :]
+    r_i = tl.load(r, mask=rmask, other=0.0).to(tl.float32)
+    r_f = tl.load(r + stride_r_gate, mask=rmask, other=0.0).to(tl.float32)
+    r_z = tl.load(r + 2 * stride_r_gate, mask=rmask, other=0.0).to(tl.float32)
+    r_o = tl.load(r + 3 * stride_r_gate, mask=rmask, other=0.0).to(tl.float32)
+    z_i = tl.dot(h, r_i, z_i, input_precision=DOT_PRECISION)
+    z_f = tl.dot(h, r_f, z_f, input_precision=DOT_PRECISION)
+    z_z = tl.dot(h, r_z, z_z, input_precision=DOT_PRECISION)
+    z_o = tl.dot(h, r_o, z_o, input_precision=DOT_PRECISION)
+
+    c, n, m, h = _slstm_cell(z_i, z_f, z_z, z_o, c, n, m)
+    sty = state_ptr.dtype.element_ty
+    tl.store(s, c.to(sty), mask=smask)
+    tl.store(s + stride_s_slot, n.to(sty), mask=smask)
+    tl.store(s + 2 * stride_s_slot, m.to(sty), mask=smask)
+    tl.store(s + 3 * stride_s_slot, h.to(sty), mask=smask)
+    o = out_ptr + rows.to(tl.int64)[:, None] * stride_o_tok + ch[None, :] * stride_o_ch
+    h = tl.where(valid[:, None], h, 0.0)
+    tl.store(o, h.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _scan_diag_kernel(
+    gates_ptr,
+    rec_ptr,
+    state_ptr,
+    qsl_ptr,
+    idx_ptr,
+    init_ptr,
+    out_ptr,
+    d,
+    stride_g_tok,
+    stride_g_ch,
+    stride_r_gate,
+    stride_r_ch,
+    stride_s_blk,
+    stride_s_slot,
+    stride_s_ch,
+    stride_o_tok,
+    stride_o_ch,
+    null_block_id,
+    HAS_INIT: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+    NUM_STAGES: tl.constexpr,
+):
+    seq = tl.program_id(0)
+    offs = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+    mask = offs < d
+    start = tl.load(qsl_ptr + seq)
+    end = tl.load(qsl_ptr + seq + 1)
+    page = tl.load(idx_ptr + seq).to(tl.int64)
+    valid = page != null_block_id
+    smask = mask & valid
+    lmask = smask
+    if HAS_INIT:
+        lmask = lmask & (tl.load(init_ptr + seq) != 0)
+
+    s = state_ptr + page * stride_s_blk + offs * stride_s_ch
+    c = tl.load(s, mask=lmask, other=0.0).to(tl.float32)
+    n = tl.load(s + stride_s_slot, mask=lmask, other=0.0).to(tl.float32)
+    m = tl.load(s + 2 * stride_s_slot, mask=lmask, other=0.0).to(tl.float32)
+    h = tl.load(s + 3 * stride_s_slot, mask=lmask, other=0.0).to(tl.float32)
+    r = rec_ptr + offs * stride_r_ch
+    r_i = tl.load(r, mask=mask, other=0.0).to(tl.float32)
+    r_f = tl.load(r + stride_r_gate, mask=mask, other=0.0).to(tl.float32)
+    r_z = tl.load(r + 2 * stride_r_gate, mask=mask, other=0.0).to(tl.float32)
+    r_o = tl.load(r + 3 * stride_r_gate, mask=mask, other=0.0).to(tl.float32)
+
+    g = gates_ptr + offs * stride_g_ch + start.to(tl.int64) * stride_g_tok
+    o = out_ptr + offs * stride_o_ch + start.to(tl.int64) * stride_o_tok
+    oty = out_ptr.dtype.element_ty
+    for _ in tl.range(start, end, num_stages=NUM_STAGES):
+        z_i = tl.load(g, mask=mask, other=0.0).to(tl.float32)
+        z_f = tl.load(g + d * stride_g_ch, mask=mask, other=0.0).to(tl.float32)
+        z_z = tl.load(g + 2 * d * stride_g_ch, mask=mask, other=0.0).to(tl.float32)
+        z_o = tl.load(g + 3 * d * stride_g_ch, mask=mask, other=0.0).to(tl.float32)
+        c, n, m, h = _slstm_cell(
+            z_i + r_i * h, z_f + r_f * h, z_z + r_z * h, z_o + r_o * h, c, n, m
+        )
+        tl.store(o, tl.where(valid, h, 0.0).to(oty), mask=mask)
+        g += stride_g_tok
+        o += stride_o_tok
+
+    sty = state_ptr.dtype.element_ty
+    tl.store(s, c.to(sty), mask=smask)
+    tl.store(s + stride_s_slot, n.to(sty), mask=smask)
+    tl.store(s + 2 * stride_s_slot, m.to(sty), mask=smask)
+    tl.store(s + 3 * stride_s_slot, h.to(sty), mask=smask)
+
+
+@triton.jit
+def _scan_head_kernel(
+    gates_ptr,
+    rec_ptr,
+    state_ptr,
+    qsl_ptr,
+    idx_ptr,
+    init_ptr,
+    out_ptr,
+    d,
+    head_dim,
+    stride_g_tok,
+    stride_g_ch,
+    stride_r_gate,
+    stride_r_head,
+    stride_r_in,
+    stride_r_out,
+    stride_s_blk,
+    stride_s_slot,
+    stride_s_ch,
+    stride_o_tok,
+    stride_o_ch,
+    null_block_id,
+    HAS_INIT: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    REC_IN_REGS: tl.constexpr,
+    NUM_STAGES: tl.constexpr,
+):
+    seq = tl.program_id(0)
+    head = tl.program_id(1)
+    e = tl.arange(0, BLOCK_H)
+    mask = e < head_dim
+    ch = head * head_dim + e
+    start = tl.load(qsl_ptr + seq)
+    end = tl.load(qsl_ptr + seq + 1)
+    page = tl.load(idx_ptr + seq).to(tl.int64)
+    valid = page != null_block_id
+    smask = mask & valid
+    lmask = smask
+    if HAS_INIT:
+        lmask = lmask & (tl.load(init_ptr + seq) != 0)
+
+    s = state_ptr + page * stride_s_blk + ch * stride_s_ch
+    c = tl.load(s, mask=lmask, other=0.0).to(tl.float32)
+    n = tl.load(s + stride_s_slot, mask=lmask, other=0.0).to(tl.float32)
+    m = tl.load(s + 2 * stride_s_slot, mask=lmask, other=0.0).to(tl.float32)
+    h = tl.load(s + 3 * stride_s_slot, mask=lmask, other=0.0).to(tl.float32)
+
+    r = (
+        rec_ptr
+        + head * stride_r_head
+        + e[:, None] * stride_r_in
+        + e[None, :] * stride_r_out
+    )
+    rmask = mask[:, None] & mask[None, :]
+    if REC_IN_REGS:
+        r_i = tl.load(r, mask=rmask, other=0.0).to(tl.float32)
+        r_f = tl.load(r + stride_r_gate, mask=rmask, other=0.0).to(tl.float32)
+        r_z = tl.load(r + 2 * stride_r_gate, mask=rmask, other=0.0).to(tl.float32)
+        r_o = tl.load(r + 3 * stride_r_gate, mask=rmask, other=0.0).to(tl.float32)
+
+    g = gates_ptr + ch * stride_g_ch + start.to(tl.int64) * stride_g_tok
+    o = out_ptr + ch * stride_o_ch + start.to(tl.int64) * stride_o_tok
+    oty = out_ptr.dtype.element_ty
+    for _ in tl.range(start, end, num_stages=NUM_STAGES):
+        z_i = tl.load(g, mask=mask, other=0.0).to(tl.float32)
+        z_f = tl.load(g + d * stride_g_ch, mask=mask, other=0.0).to(tl.float32)
+        z_z = tl.load(g + 2 * d * stride_g_ch, mask=mask, other=0.0).to(tl.float32)
+        z_o = tl.load(g + 3 * d * stride_g_ch, mask=mask, other=0.0).to(tl.float32)
+        if not REC_IN_REGS:
+            r_i = tl.load(r, mask=rmask, other=0.0).to(tl.float32)
+            r_f = tl.load(r + stride_r_gate, mask=rmask, other=0.0).to(tl.float32)
+            r_z = tl.load(r + 2 * stride_r_gate, mask=rmask, other=0.0)
+            r_z = r_z.to(tl.float32)
+            r_o = tl.load(r + 3 * stride_r_gate, mask=rmask, other=0.0)
+            r_o = r_o.to(tl.float32)
+        hb = h[:, None]
+        z_i += tl.sum(hb * r_i, axis=0)
+        z_f += tl.sum(hb * r_f, axis=0)
+        z_z += tl.sum(hb * r_z, axis=0)
+        z_o += tl.sum(hb * r_o, axis=0)
+        c, n, m, h = _slstm_cell(z_i, z_f, z_z, z_o, c, n, m)
+        tl.store(o, tl.where(valid, h, 0.0).to(oty), mask=mask)
+        g += stride_g_tok
+        o += stride_o_tok
+
+    sty = state_ptr.dtype.element_ty
+    tl.store(s, c.to(sty), mask=smask)
+    tl.store(s + stride_s_slot, n.to(sty), mask=smask)
+    tl.store(s + 2 * stride_s_slot, m.to(sty), mask=smask)
+    tl.store(s + 3 * stride_s_slot, h.to(sty), mask=smask)
+
+
+def _update_diag_config(batch: int, d: int) -> tuple[int, int]:
+    """``(BLOCK_D, num_warps)`` for the diag decode kernel."""
+    block_d = min(triton.next_power_of_2(d), 512)
+    while block_d > 128 and batch * triton.cdiv(d, block_d) < 1024:
+        block_d //= 2
+    return block_d, max(1, min(4, block_d // 128))
+
+
+def _scan_diag_config(num_seqs: int, d: int) -> tuple[int, int]:
+    """``(BLOCK_D, num_warps)`` for the diag scan kernel."""
+    block_d = min(triton.next_power_of_2(d), 128)
+    while block_d > 32 and num_seqs * triton.cdiv(d, block_d) < 264:
+        block_d //= 2
+    return block_d, max(1, block_d // 32)
+
+
+def _strides(
+    gates: torch.Tensor, state: torch.Tensor, out: torch.Tensor
+) -> tuple[int, ...]:
+    return (
+        gates.stride(0),
+        gates.stride(1),
+        state.stride(0),
+        state.stride(1),
+        state.stride(2),
+        out.stride(0),
+        out.stride(1),
+    )
+
+
+def paraslstm_update(
+    gates: torch.Tensor,
+    recurrent: torch.Tensor,
+    state: torch.Tensor,
+    state_indices: torch.Tensor,
+    out: torch.Tensor,
+    null_block_id: int = NULL_BLOCK_ID,
+    *,
+    block_d: int | None = None,
+    num_warps: int | None = None,
+) -> None:
+    """Decode: one step for each of ``B`` sequences, state updated in place.
+
+    CUDA-graph safe: no host synchronization, no allocation, and a launch
+    grid that depends only on ``B`` and ``d``.
+
+    Args:
+        gates: ``(B, 4 * d)`` input pre-activations, float32/bfloat16/float16.
+        recurrent: ``(4, d)`` or ``(4, H, d/H, d/H)`` clamped weights.
+        state: ``(num_blocks, 4, d)`` state pages (float32).
+        state_indices: ``(B,)`` int32 page of each row; ``null_block_id``
+            marks padding rows (state untouched, output row zeroed).
+        out: ``(B, d)`` receives ``h``, in its own dtype.
+        block_d, num_warps: optional launch overrides (diag only, tuning).
+    """
+    d = _check_common(gates, recurrent, state, out)
+    batch = gates.shape[0]
+    if state_indices.shape != (batch,):
+        raise ValueError(
+            f"state_indices must be ({batch},), got {tuple(state_indices.shape)}"
+        )
+    if batch == 0:
+        return
+    strides = _strides(gates, state, out)
+    if recurrent.dim() == 2:
+        cfg_block, cfg_warps = _update_diag_config(batch, d)
+        block_d = block_d or cfg_block
+        grid = (batch, triton.cdiv(d, block_d))
+        _update_diag_kernel[grid](
+            gates,
+            recurrent,
+            state,
+            state_indices,
+            out,
+            d,
+            strides[0],
+            strides[1],
+            recurrent.stride(0),
+            recurrent.stride(1),
+            *strides[2:],
+            null_block_id,
+            BLOCK_D=block_d,
+            num_warps=num_warps or cfg_warps,
+        )
+        return
+    num_heads, head_dim = recurrent.shape[1], recurrent.shape[2]
+    block_h = max(16, triton.next_power_of_2(head_dim))
+    block_b = 16 if batch <= 128 else 32
+    grid = (triton.cdiv(batch, block_b), num_heads)
+    _update_head_kernel[grid](
+        gates,
+        recurrent,
+        state,
+        state_indices,
+        out,
+        batch,
+        d,
+        head_dim,
+        strides[0],
+        strides[1],
+        *recurrent.stride(),
+        *strides[2:],
+        null_block_id,
+        BLOCK_B=block_b,
+        BLOCK_H=block_h,
+        DOT_PRECISION="ieee" if _INTERPRET else "tf32x3",
+        num_warps=num_warps or 4,
+    )
+
+
+def paraslstm_scan(
+    gates: torch.Tensor,
+    recurrent: torch.Tensor,
+    state: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    state_indices: torch.Tensor,
+    has_initial_state: torch.Tensor | None,
+    out: torch.Tensor,
+    null_block_id: int = NULL_BLOCK_ID,
+    *,
+    block_d: int | None = None,
+    num_warps: int | None = None,
+    num_stages: int = 4,
+) -> None:
+    """Varlen prefill over packed sequences, final state written in place.
+
+    One program per (sequence, channel block) for ``mix="diag"`` and per
+    (sequence, head) for ``mix="head"``, each running the time loop of its
+    sequence with the next steps' gate loads pipelined ahead of the math.
+
+    Args:
+        gates: ``(num_tokens, 4 * d)`` packed input pre-activations,
+            float32/bfloat16/float16.
+        recurrent: ``(4, d)`` or ``(4, H, d/H, d/H)`` clamped weights.
+        state: ``(num_blocks, 4, d)`` state pages (float32).
+        query_start_loc: ``(B + 1,)`` int32 token offsets of the sequences.
+        state_indices: ``(B,)`` int32 page of each sequence; ``null_block_id``
+            marks padding (state untouched, its output rows zeroed).
+        has_initial_state: ``(B,)`` bool; False (or None) starts from zeros.
+        out: ``(num_tokens, d)`` receives ``h`` for every token.
+        block_d, num_warps, num_stages: optional launch overrides (tuning).
+    """
+    d = _check_common(gates, recurrent, state, out)
+    num_seqs = query_start_loc.shape[0] - 1
+    if state_indices.shape != (num_seqs,):
+        raise ValueError(
+            f"state_indices must be ({num_seqs},), got {tuple(state_indices.shape)}"
+        )
+    if has_initial_state is not None and has_initial_state.shape != (num_seqs,):
+        raise ValueError(
+            f"has_initial_state must be ({num_seqs},), "
+            f"got {tuple(has_initial_state.shape)}"
+        )
+    if num_seqs <= 0:
+        return
+    init = has_initial_state
+    if init is not None and init.dtype == torch.bool:
+        init = init.view(torch.uint8)
+    init_arg = init if init is not None else state_indices
+    strides = _strides(gates, state, out)
+    if recurrent.dim() == 2:
+        cfg_block, cfg_warps = _scan_diag_config(num_seqs, d)
+        block_d = block_d or cfg_block
+        grid = (num_seqs, triton.cdiv(d, block_d))
+        _scan_diag_kernel[grid](
+            gates,
+            recurrent,
+            state,
+            query_start_loc,
+            state_indices,
+            init_arg,
+            out,
+            d,
+            strides[0],
+            strides[1],
+            recurrent.stride(0),
+            recurrent.stride(1),
+            *strides[2:],
+            null_block_id,
+            HAS_INIT=init is not None,
+            BLOCK_D=block_d,
+            NUM_STAGES=num_stages,
+            num_warps=num_warps or cfg_warps,
+        )
+        return
+    num_heads, head_dim = recurrent.shape[1], recurrent.shape[2]
+    block_h = triton.next_power_of_2(head_dim)
+    grid = (num_seqs, num_heads)
+    _scan_head_kernel[grid](
+        gates,
+        recurrent,
+        state,
+        query_start_loc,
+        state_indices,
+        init_arg,
+        out,
+        d,
+        head_dim,
+        strides[0],
+        strides[1],
+        *recurrent.stride(),
+        *strides[2:],
+        null_block_id,
+        HAS_INIT=init is not None,
+        BLOCK_H=block_h,
+        REC_IN_REGS=block_h <= 64,
+        NUM_STAGES=num_stages,
+        num_warps=num_warps or max(1, min(8, block_h * block_h // 512)),
+    )
