@@ -32,8 +32,7 @@ Modes:
 The pristine tree comes from the v0.32.0 sdist fetched and hash-checked by
 tools/paraslstm/fetch_vllm_source.sh (cached under .cache/).
 
-Examples:
-
+Typical use (from the repo root):
   python3 tools/paraslstm/series.py generate
   python3 tools/paraslstm/series.py check
   python3 tools/paraslstm/series.py overlay --python .venv/bin/python
@@ -80,7 +79,7 @@ SERIES: tuple[Commit, ...] = (
     Commit(
         subject="[Model] Add ParaSLSTM HF config",
         body=(
-            "Add ParaSLSTMConfig (model_type \"paraslstm\") for ParaSLSTM, an\n"
+            'Add ParaSLSTMConfig (model_type "paraslstm") for ParaSLSTM, an\n'
             "attention-free sLSTM language model with a diagonal recurrence\n"
             "trained by pararnn. The config is not in transformers, so register\n"
             "it in the lazy configs module and in _CONFIG_REGISTRY."
@@ -159,7 +158,9 @@ def glob_match(pattern: str, path: str) -> bool:
             return not parts
         if pat[0] == "**":
             return any(match(pat[1:], parts[i:]) for i in range(len(parts) + 1))
-        return bool(parts) and fnmatchcase(parts[0], pat[0]) and match(pat[1:], parts[1:])
+        return (
+            bool(parts) and fnmatchcase(parts[0], pat[0]) and match(pat[1:], parts[1:])
+        )
 
     return match(pattern.split("/"), path.split("/"))
 
@@ -256,7 +257,9 @@ def check_edit_manifest() -> None:
         for p in present
         if p not in listed
     ]
-    errors += [f"upstream-edits/{e}: listed twice" for e in set(listed) if listed.count(e) > 1]
+    errors += [
+        f"upstream-edits/{e}: listed twice" for e in set(listed) if listed.count(e) > 1
+    ]
     if errors:
         raise SeriesError("\n".join(errors))
 
@@ -280,9 +283,7 @@ def edit_targets(diff: Path) -> list[str]:
 
 
 def fetch_sdist() -> Path:
-    out = subprocess.run(
-        ["bash", str(FETCH_SCRIPT)], capture_output=True, text=True
-    )
+    out = subprocess.run(["bash", str(FETCH_SCRIPT)], capture_output=True, text=True)
     if out.returncode != 0:
         raise SeriesError(f"fetch_vllm_source.sh failed:\n{out.stderr}")
     return Path(out.stdout.strip().splitlines()[-1])
@@ -554,9 +555,7 @@ def installed_vllm_dir(python: str) -> Path:
         "print(s.submodule_search_locations[0])"
     )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    out = subprocess.run(
-        [python, "-c", code], capture_output=True, text=True, env=env
-    )
+    out = subprocess.run([python, "-c", code], capture_output=True, text=True, env=env)
     if out.returncode != 0:
         raise SeriesError(f"cannot locate vllm with {python}:\n{out.stderr}")
     return Path(out.stdout.strip())
@@ -596,9 +595,12 @@ def cmd_overlay(args: argparse.Namespace) -> int:
         rel = Path(path).relative_to("vllm")
         dst = out / "vllm" / rel
         orig = site / rel
-        if path in edited and orig.is_file():
-            if not filecmp.cmp(orig, pristine / path, shallow=False):
-                log(f"warning: installed {path} differs from the v{VLLM_VERSION} sdist")
+        if (
+            path in edited
+            and orig.is_file()
+            and not filecmp.cmp(orig, pristine / path, shallow=False)
+        ):
+            log(f"warning: installed {path} differs from the v{VLLM_VERSION} sdist")
         if dst.exists():
             dst.unlink()
         for pyc in (dst.parent / "__pycache__").glob(f"{dst.stem}.*.pyc"):
