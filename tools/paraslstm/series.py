@@ -18,8 +18,9 @@ Modes:
              that every new file is byte-identical to the repo's copy, that
              every edit diff is applied (and nothing else changed), and that
              patches/ is up to date with the repo. Exits 1 on any mismatch.
-  apply      `git am` patches/ onto a fresh pristine tree at DEST (default
-             .cache/series/patched) and print its path.
+  apply      `git am --keep-non-patch` patches/ onto a fresh pristine tree at
+             DEST (default .cache/series/patched) and print its path.
+             (--keep-non-patch keeps the [Model]/[Kernel]/[Core] tags.)
   overlay    Build .cache/intree/vllm: a hard-link copy (cp -al) of the
              installed vllm package in which every file the series adds or
              changes under vllm/ is replaced by a real copy of the patched
@@ -437,7 +438,7 @@ def am_patches(repo: Path) -> None:
     if not patches:
         raise SeriesError("patches/ holds no *.patch; run `series.py generate`")
     proc = subprocess.run(
-        ["git", "-C", str(repo), "am", "-q", *map(str, patches)],
+        ["git", "-C", str(repo), "am", "-q", "--keep-non-patch", *map(str, patches)],
         env=git_env(),
         capture_output=True,
         text=True,
@@ -513,6 +514,9 @@ def cmd_check(args: argparse.Namespace) -> int:
                     problems.append(f"patches/{old.name} is stale")
         tree_am = git(am, "rev-parse", "HEAD^{tree}").strip()
         tree_built = git(built, "rev-parse", "HEAD^{tree}").strip()
+        log_fmt = ("log", "--format=%an <%ae>%n%B", f"{base}..HEAD")
+        if git(am, *log_fmt) != git(built, *log_fmt):
+            problems.append("commit messages after `git am` differ from the series")
         if tree_am != tree_built:
             problems.append(
                 "the tree from `git am patches/*` differs from the tree built "
