@@ -302,11 +302,6 @@ class ParaSLSTMForCausalLM(
         start, end = self.model.start_layer, self.model.end_layer
         for name, weight in weights:
             if name not in expected:
-                if name == "lm_head.weight":
-                    raise ValueError(
-                        "ParaSLSTM checkpoint has 'lm_head.weight' but "
-                        "tie_word_embeddings=True in config.json"
-                    )
                 raise ValueError(f"Unexpected weight {name!r} in ParaSLSTM checkpoint")
             if tuple(weight.shape) != expected[name]:
                 raise ValueError(
