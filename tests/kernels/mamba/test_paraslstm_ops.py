@@ -65,7 +65,9 @@ def _tol(dtype: torch.dtype) -> dict:
 
 
 @pytest.mark.parametrize("impl", list(IMPLS))
-@pytest.mark.parametrize("mix,d,num_heads", [("diag", 37, 1), ("head", 48, 4)])
+@pytest.mark.parametrize(
+    "mix,d,num_heads", [("diag", 37, 1), ("head", 48, 4), ("head", 40, 2)]
+)
 @pytest.mark.parametrize("gate_dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("scale", [1.0, 12.0])
 def test_update(impl, mix, d, num_heads, gate_dtype, scale):
@@ -89,6 +91,7 @@ def test_update(impl, mix, d, num_heads, gate_dtype, scale):
     torch.testing.assert_close(
         out.cpu()[real].double(), want_h[real], **_tol(gate_dtype), check_dtype=False
     )
+    assert torch.all(out.cpu()[~real] == 0)
     touched = idx[real].long()
     torch.testing.assert_close(
         state.cpu()[touched].double(), want_pages[touched], atol=2e-4, rtol=2e-4
@@ -104,7 +107,7 @@ def test_update(impl, mix, d, num_heads, gate_dtype, scale):
 @pytest.mark.parametrize("impl", list(IMPLS))
 @pytest.mark.parametrize("mix,d,num_heads", [("diag", 33, 1), ("head", 24, 3)])
 @pytest.mark.parametrize("gate_dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("scale", [1.0, 10.0])
+@pytest.mark.parametrize("scale", [1.0, 10.0, 40.0])
 def test_scan_varlen(impl, mix, d, num_heads, gate_dtype, scale):
     device, scan, _ = IMPLS[impl]
     torch.manual_seed(1)
@@ -132,6 +135,7 @@ def test_scan_varlen(impl, mix, d, num_heads, gate_dtype, scale):
     )
     real_tok = torch.ones(num_tokens, dtype=torch.bool)
     real_tok[int(qsl[2]) : int(qsl[3])] = False
+    assert torch.all(out.cpu()[~real_tok] == 0)
     torch.testing.assert_close(
         out.cpu()[real_tok].double(),
         want_h[real_tok],
@@ -214,3 +218,142 @@ def test_bad_shapes_raise(impl):
         scan(torch.zeros(3, 4 * d, device=device), rec, state,
              torch.tensor([0, 1, 3], dtype=torch.int32, device=device), idx, None,
              torch.zeros(3, d, device=device))
+
+
+@pytest.mark.parametrize("impl", list(IMPLS))
+def test_strided_inputs_and_wide_heads(impl):
+    """Gates as a column slice of a wider tensor; heads wider than 128."""
+    device, scan, update = IMPLS[impl]
+    torch.manual_seed(3)
+    for mix, d, num_heads in [("diag", 24, 1), ("head", 320, 2)]:
+        rec = _recurrent(mix, d, num_heads, 0.5)
+        pages = _pages(6, d)
+        lens = [3, 1, 4]
+        qsl = torch.tensor([0] + lens).cumsum(0).int()
+        wide = torch.randn(int(qsl[-1]), 4 * d + 8) * 4
+        gates = wide[:, 3 : 3 + 4 * d]
+        idx = torch.tensor([4, NULL, 2], dtype=torch.int32)
+        has_init = torch.tensor([True, True, False])
+        want_h, want_pages = reference_scan(
+            gates.contiguous(), rec, pages, qsl, idx, has_init
+        )
+
+        state = pages.to(device)
+        out = torch.empty(int(qsl[-1]), 2 * d, device=device)[:, :d]
+        scan(wide.to(device)[:, 3 : 3 + 4 * d], rec.to(device), state,
+             qsl.to(device), idx.to(device), has_init.to(device), out)
+        real_tok = torch.tensor([True] * 3 + [False] + [True] * 4)
+        torch.testing.assert_close(
+            out.cpu()[real_tok].double(), want_h[real_tok], atol=2e-4, rtol=2e-4
+        )
+        torch.testing.assert_close(
+            state.cpu()[[2, 4]].double(), want_pages[[2, 4]], atol=2e-4, rtol=2e-4
+        )
+
+        dec = gates[:3]
+        want_h, want_pages = reference_scan(
+            dec.contiguous(), rec, pages, torch.arange(4, dtype=torch.int32), idx,
+            torch.ones(3, dtype=torch.bool),
+        )
+        state = pages.to(device)
+        out = torch.empty(3, d, device=device)
+        update(wide.to(device)[:3, 3 : 3 + 4 * d], rec.to(device), state,
+               idx.to(device), out)
+        torch.testing.assert_close(
+            out.cpu()[[0, 2]].double(), want_h[[0, 2]], atol=2e-4, rtol=2e-4
+        )
+
+
+def _torch_ref(scan_args: tuple, num_tokens: int, d: int) -> tuple:
+    """Float64 run of the torch ops (same device) as a fast reference."""
+    gates, rec, state, qsl, idx, has_init = scan_args
+    state64 = state.double()
+    out64 = torch.empty(num_tokens, d, dtype=torch.float64, device=gates.device)
+    paraslstm_scan_cpu(
+        gates.double(), rec.double(), state64, qsl, idx, has_init, out64
+    )
+    return out64, state64
+
+
+@pytest.mark.parametrize("impl", _NATIVE)
+@pytest.mark.parametrize("mix,num_heads", [("diag", 1), ("head", 16), ("head", 8)])
+@pytest.mark.parametrize("gate_dtype", [torch.float32, torch.bfloat16])
+def test_large_native(impl, mix, num_heads, gate_dtype):
+    """Production-sized shapes against the torch ops in float64."""
+    device, scan, update = IMPLS[impl]
+    torch.manual_seed(4)
+    d, num_blocks = 1024, 64
+    rec = _recurrent(mix, d, num_heads, 0.5).to(device)
+    pages = _pages(num_blocks, d).to(device)
+    lens = [1, 1500, 37, 513, 1, 64, 2, 300]
+    qsl = torch.tensor([0] + lens, device=device).cumsum(0).int()
+    num_tokens = int(qsl[-1])
+    gates = (torch.randn(num_tokens, 4 * d, device=device) * 6).to(gate_dtype)
+    idx = torch.tensor([5, 9, NULL, 33, 63, 1, 2, 17], dtype=torch.int32,
+                       device=device)
+    has_init = torch.tensor([True, False, True, True, False, True, True, False],
+                            device=device)
+    want_h, want_state = _torch_ref(
+        (gates, rec, pages, qsl, idx, has_init), num_tokens, d
+    )
+    state = pages.clone()
+    out = torch.full((num_tokens, d), 3.0, dtype=gate_dtype, device=device)
+    scan(gates, rec, state, qsl, idx, has_init, out)
+    torch.testing.assert_close(out.double(), want_h, check_dtype=False,
+                               **_tol(gate_dtype))
+    used = idx[idx != NULL].long()
+    torch.testing.assert_close(state[used].double(), want_state[used],
+                               atol=1e-3, rtol=1e-4)
+
+    batch, num_blocks = 300, 320
+    pages = _pages(num_blocks, d).to(device)
+    gates = (torch.randn(batch, 4 * d, device=device) * 6).to(gate_dtype)
+    idx = (torch.randperm(num_blocks - 1, device=device)[:batch] + 1).int()
+    idx[::7] = NULL
+    qsl = torch.arange(batch + 1, dtype=torch.int32, device=device)
+    want_h, want_state = _torch_ref(
+        (gates, rec, pages, qsl, idx, None), batch, d
+    )
+    state = pages.clone()
+    out = torch.empty(batch, d, dtype=gate_dtype, device=device)
+    update(gates, rec, state, idx, out)
+    real = idx != NULL
+    torch.testing.assert_close(out[real].double(), want_h[real], check_dtype=False,
+                               **_tol(gate_dtype))
+    torch.testing.assert_close(state.double(), want_state, atol=1e-3, rtol=1e-4,
+                               equal_nan=True)
+
+
+@pytest.mark.parametrize("impl", _NATIVE)
+@pytest.mark.parametrize("mix,num_heads", [("diag", 1), ("head", 8)])
+def test_decode_cuda_graph(impl, mix, num_heads):
+    """Decode captured once in a CUDA graph, replayed on new inputs."""
+    device, _, update = IMPLS[impl]
+    torch.manual_seed(5)
+    d, batch, num_blocks = 512, 24, 40
+    rec = _recurrent(mix, d, num_heads, 0.5).to(device)
+    pages = _pages(num_blocks, d).to(device)
+    gates = torch.empty(batch, 4 * d, dtype=torch.bfloat16, device=device)
+    idx = (torch.randperm(num_blocks - 1, device=device)[:batch] + 1).int()
+    idx[3] = NULL
+    out = torch.empty(batch, d, dtype=torch.bfloat16, device=device)
+    state = pages.clone()
+    gates.normal_()
+    update(gates, rec, state, idx, out)  # warm up / compile
+    state.copy_(pages)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        update(gates, rec, state, idx, out)
+    want_state = pages.double()
+    for _ in range(3):
+        gates.normal_()
+        qsl = torch.arange(batch + 1, dtype=torch.int32, device=device)
+        want_h, want_state = _torch_ref(
+            (gates, rec, want_state, qsl, idx, None), batch, d
+        )
+        graph.replay()
+        real = idx != NULL
+        torch.testing.assert_close(out[real].double(), want_h[real],
+                                   check_dtype=False, **_tol(torch.bfloat16))
+    torch.testing.assert_close(state.double(), want_state, atol=1e-3, rtol=1e-4,
+                               equal_nan=True)

@@ -18,11 +18,18 @@ import os
 
 import torch
 
-from vllm.model_executor.layers.mamba.ops.cpu.paraslstm import _check_common
+from vllm.model_executor.layers.mamba.ops.cpu.paraslstm import (
+    _check_common,
+    paraslstm_scan_cpu,
+    paraslstm_step,
+)
 from vllm.triton_utils import tl, triton
 from vllm.v1.attention.backends.utils import NULL_BLOCK_ID
 
 _INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+# Heads wider than this keep their recurrent block out of registers; they
+# take the torch path (see _update_torch).
+_MAX_HEAD_DIM = 128
 
 
 @triton.jit
@@ -266,7 +273,6 @@ def _scan_head_kernel(
     null_block_id,
     HAS_INIT: tl.constexpr,
     BLOCK_H: tl.constexpr,
-    REC_IN_REGS: tl.constexpr,
     NUM_STAGES: tl.constexpr,
 ):
     seq = tl.program_id(0)
@@ -296,11 +302,10 @@ def _scan_head_kernel(
         + e[None, :] * stride_r_out
     )
     rmask = mask[:, None] & mask[None, :]
-    if REC_IN_REGS:
-        r_i = tl.load(r, mask=rmask, other=0.0).to(tl.float32)
-        r_f = tl.load(r + stride_r_gate, mask=rmask, other=0.0).to(tl.float32)
-        r_z = tl.load(r + 2 * stride_r_gate, mask=rmask, other=0.0).to(tl.float32)
-        r_o = tl.load(r + 3 * stride_r_gate, mask=rmask, other=0.0).to(tl.float32)
+    r_i = tl.load(r, mask=rmask, other=0.0).to(tl.float32)
+    r_f = tl.load(r + stride_r_gate, mask=rmask, other=0.0).to(tl.float32)
+    r_z = tl.load(r + 2 * stride_r_gate, mask=rmask, other=0.0).to(tl.float32)
+    r_o = tl.load(r + 3 * stride_r_gate, mask=rmask, other=0.0).to(tl.float32)
 
     g = gates_ptr + ch * stride_g_ch + start.to(tl.int64) * stride_g_tok
     o = out_ptr + ch * stride_o_ch + start.to(tl.int64) * stride_o_tok
@@ -310,13 +315,6 @@ def _scan_head_kernel(
         z_f = tl.load(g + d * stride_g_ch, mask=mask, other=0.0).to(tl.float32)
         z_z = tl.load(g + 2 * d * stride_g_ch, mask=mask, other=0.0).to(tl.float32)
         z_o = tl.load(g + 3 * d * stride_g_ch, mask=mask, other=0.0).to(tl.float32)
-        if not REC_IN_REGS:
-            r_i = tl.load(r, mask=rmask, other=0.0).to(tl.float32)
-            r_f = tl.load(r + stride_r_gate, mask=rmask, other=0.0).to(tl.float32)
-            r_z = tl.load(r + 2 * stride_r_gate, mask=rmask, other=0.0)
-            r_z = r_z.to(tl.float32)
-            r_o = tl.load(r + 3 * stride_r_gate, mask=rmask, other=0.0)
-            r_o = r_o.to(tl.float32)
         hb = h[:, None]
         z_i += tl.sum(hb * r_i, axis=0)
         z_f += tl.sum(hb * r_f, axis=0)
@@ -332,6 +330,28 @@ def _scan_head_kernel(
     tl.store(s + stride_s_slot, n.to(sty), mask=smask)
     tl.store(s + 2 * stride_s_slot, m.to(sty), mask=smask)
     tl.store(s + 3 * stride_s_slot, h.to(sty), mask=smask)
+
+
+def _update_torch(
+    gates: torch.Tensor,
+    recurrent: torch.Tensor,
+    state: torch.Tensor,
+    state_indices: torch.Tensor,
+    out: torch.Tensor,
+    null_block_id: int,
+) -> None:
+    """Decode in torch ops without host syncs, for heads too wide for the
+    kernel. Padding rows rewrite the null page with its own values."""
+    d = state.shape[-1]
+    idx = state_indices.long()
+    valid = idx != null_block_id
+    prev = state.index_select(0, idx)
+    new = paraslstm_step(
+        prev.float(), gates.view(-1, 4, d).float(), recurrent.float()
+    )
+    new = torch.where(valid.view(-1, 1, 1), new, prev.float())
+    state.index_copy_(0, idx, new.to(state.dtype))
+    out.copy_(torch.where(valid.unsqueeze(1), new[:, 3], 0.0))
 
 
 def _update_diag_config(batch: int, d: int) -> tuple[int, int]:
@@ -420,8 +440,11 @@ def paraslstm_update(
         )
         return
     num_heads, head_dim = recurrent.shape[1], recurrent.shape[2]
+    if head_dim > _MAX_HEAD_DIM:
+        _update_torch(gates, recurrent, state, state_indices, out, null_block_id)
+        return
     block_h = max(16, triton.next_power_of_2(head_dim))
-    block_b = 16 if batch <= 128 else 32
+    block_b = 16
     grid = (triton.cdiv(batch, block_b), num_heads)
     _update_head_kernel[grid](
         gates,
@@ -440,7 +463,7 @@ def paraslstm_update(
         BLOCK_B=block_b,
         BLOCK_H=block_h,
         DOT_PRECISION="ieee" if _INTERPRET else "tf32x3",
-        num_warps=num_warps or 4,
+        num_warps=num_warps or max(4, block_h // 8),
     )
 
 
@@ -520,6 +543,18 @@ def paraslstm_scan(
         )
         return
     num_heads, head_dim = recurrent.shape[1], recurrent.shape[2]
+    if head_dim > _MAX_HEAD_DIM:
+        paraslstm_scan_cpu(
+            gates,
+            recurrent,
+            state,
+            query_start_loc,
+            state_indices,
+            has_initial_state,
+            out,
+            null_block_id,
+        )
+        return
     block_h = triton.next_power_of_2(head_dim)
     grid = (num_seqs, num_heads)
     _scan_head_kernel[grid](
@@ -539,7 +574,6 @@ def paraslstm_scan(
         null_block_id,
         HAS_INIT=init is not None,
         BLOCK_H=block_h,
-        REC_IN_REGS=block_h <= 64,
         NUM_STAGES=num_stages,
-        num_warps=num_warps or max(1, min(8, block_h * block_h // 512)),
+        num_warps=num_warps or max(1, min(16, block_h * block_h // 1024)),
     )
