@@ -14,7 +14,7 @@ set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 TOOLS_VENV="${PARASLSTM_TOOLS_VENV:-$ROOT/.venv-tools}"
 RUFF_VERSION="0.14.0"
-cd "$ROOT"
+cd "$ROOT" || exit 2
 
 if [[ "$("$TOOLS_VENV/bin/ruff" --version 2>/dev/null)" != "ruff $RUFF_VERSION" ]]; then
     [[ -x "$TOOLS_VENV/bin/python" ]] || python3 -m venv "$TOOLS_VENV" || exit 2

@@ -31,7 +31,10 @@ Modes:
              print its path.
 
 The pristine tree comes from the v0.32.0 sdist fetched and hash-checked by
-tools/paraslstm/fetch_vllm_source.sh (cached under .cache/).
+tools/paraslstm/fetch_vllm_source.sh (cached under .cache/). To see whether
+the series applies to another release, e.g.
+`VLLM_SDIST_VERSION=0.33.0 python3 tools/paraslstm/series.py apply /tmp/v033`
+(patches/ must always be generated and checked against 0.32.0).
 
 Typical use (from the repo root):
   python3 tools/paraslstm/series.py generate
@@ -58,7 +61,7 @@ CACHE = ROOT / ".cache"
 SERIES_CACHE = CACHE / "series"
 FETCH_SCRIPT = ROOT / "tools" / "paraslstm" / "fetch_vllm_source.sh"
 
-VLLM_VERSION = "0.32.0"
+VLLM_VERSION = os.environ.get("VLLM_SDIST_VERSION", "0.32.0")
 MIRRORED_ROOTS = ("vllm", "tests", "docs", "benchmarks")
 
 GIT_NAME = "ParaSLSTM Dev"
