@@ -30,6 +30,10 @@ Modes:
   pristine   Materialize (once, cached) the pristine v0.32.0 git repo and
              print its path.
 
+generate and check read the working tree (tracked and untracked, not ignored
+files); with --ref REF they read the files of commit REF instead, so patches
+can be made for what is committed while others have uncommitted work.
+
 The pristine tree comes from the v0.32.0 sdist fetched and hash-checked by
 tools/paraslstm/fetch_vllm_source.sh (cached under .cache/). To see whether
 the series applies to another release, e.g.
@@ -55,7 +59,6 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-EDITS_DIR = ROOT / "upstream-edits"
 PATCHES_DIR = ROOT / "patches"
 CACHE = ROOT / ".cache"
 SERIES_CACHE = CACHE / "series"
@@ -216,8 +219,41 @@ def set_identity(repo: Path) -> None:
 # --------------------------------------------------------------------------
 
 
+class Source:
+    """Where the repo's files and edit diffs are read from: the working tree,
+    or (with --ref) a git-archive export of one commit."""
+
+    root: Path = ROOT
+
+    @classmethod
+    def edits(cls) -> Path:
+        return cls.root / "upstream-edits"
+
+    @classmethod
+    def export(cls, ref: str, dest: Path) -> None:
+        top = git(ROOT, "ls-tree", "--name-only", ref).split()
+        paths = [p for p in (*MIRRORED_ROOTS, "upstream-edits") if p in top]
+        dest.mkdir(parents=True)
+        archive = subprocess.run(
+            ["git", "-C", str(ROOT), "archive", "--format=tar", ref, "--", *paths],
+            capture_output=True,
+            check=True,
+        ).stdout
+        subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+        cls.root = dest
+        log(f"reading the repo's files at {ref}")
+
+
 def repo_new_files() -> list[str]:
-    """Tracked and untracked (not ignored) files under the mirrored roots."""
+    """Files under the mirrored roots: tracked and untracked (not ignored)
+    ones of the working tree, or those of the --ref commit."""
+    if Source.root != ROOT:
+        return sorted(
+            p.relative_to(Source.root).as_posix()
+            for r in MIRRORED_ROOTS
+            for p in (Source.root / r).rglob("*")
+            if p.is_file()
+        )
     out = subprocess.run(
         ["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others"]
         + ["--exclude-standard", "--", *MIRRORED_ROOTS],
@@ -253,7 +289,7 @@ def assign_files(files: list[str]) -> list[list[str]]:
 
 def check_edit_manifest() -> None:
     listed = [e for c in SERIES for e in c.edits]
-    present = sorted(p.name for p in EDITS_DIR.glob("*.diff"))
+    present = sorted(p.name for p in Source.edits().glob("*.diff"))
     errors = [f"upstream-edits/{e}: listed in SERIES but missing" for e in listed]
     errors = [e for e, name in zip(errors, listed) if name not in present]
     errors += [
@@ -354,20 +390,27 @@ def build_series(repo: Path) -> None:
         for path in files:
             dst = repo / path
             if dst.exists():
-                if filecmp.cmp(ROOT / path, dst, shallow=False):
+                if filecmp.cmp(Source.root / path, dst, shallow=False):
                     continue
                 raise SeriesError(
                     f"{path} exists in v{VLLM_VERSION}; the repo mirrors new "
                     "files only, edit existing files through upstream-edits/"
                 )
             dst.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(ROOT / path, dst)
-            shutil.copymode(ROOT / path, dst)
+            shutil.copyfile(Source.root / path, dst)
+            shutil.copymode(Source.root / path, dst)
         if files:
             git(repo, "add", "-f", "--", *files)
         for edit in commit.edits:
             proc = subprocess.run(
-                ["git", "-C", str(repo), "apply", "--index", str(EDITS_DIR / edit)],
+                [
+                    "git",
+                    "-C",
+                    str(repo),
+                    "apply",
+                    "--index",
+                    str(Source.edits() / edit),
+                ],
                 env=git_env(),
                 capture_output=True,
                 text=True,
@@ -480,7 +523,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         for path in new_files:
             if path not in added:
                 problems.append(f"{path}: in the repo but not added by the series")
-            elif not filecmp.cmp(ROOT / path, am / path, shallow=False):
+            elif not filecmp.cmp(Source.root / path, am / path, shallow=False):
                 problems.append(f"{path}: patched tree differs from the repo's copy")
         for path in sorted(added - set(new_files)):
             problems.append(f"{path}: added by the series but not in the repo")
@@ -488,7 +531,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         targets: set[str] = set()
         for commit in SERIES:
             for edit in commit.edits:
-                diff = EDITS_DIR / edit
+                diff = Source.edits() / edit
                 targets.update(edit_targets(diff))
                 proc = subprocess.run(
                     ["git", "-C", str(am), "apply", "--check", "-R", str(diff)],
@@ -581,7 +624,9 @@ def cmd_overlay(args: argparse.Namespace) -> int:
         raise SeriesError(f"{site} is the overlay itself; pass the installed one")
 
     check_edit_manifest()
-    edited = {t for c in SERIES for e in c.edits for t in edit_targets(EDITS_DIR / e)}
+    edited = {
+        t for c in SERIES for e in c.edits for t in edit_targets(Source.edits() / e)
+    }
     changed = sorted(
         {p for p in repo_new_files() + sorted(edited) if p.startswith("vllm/")}
     )
@@ -630,9 +675,15 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     sub = parser.add_subparsers(dest="mode", required=True)
-    sub.add_parser("generate", help="write patches/000N-*.patch")
+    ref_help = (
+        "read the repo's files and edits from this commit (e.g. HEAD) instead "
+        "of the working tree"
+    )
+    p = sub.add_parser("generate", help="write patches/000N-*.patch")
+    p.add_argument("--ref", help=ref_help)
     p = sub.add_parser("check", help="verify patches/ against the repo")
     p.add_argument("--refresh", action="store_true", help="re-extract the sdist")
+    p.add_argument("--ref", help=ref_help)
     p = sub.add_parser("apply", help="git am patches/ onto a fresh pristine tree")
     p.add_argument("dest", nargs="?", help="default: .cache/series/patched")
     p.add_argument("--refresh", action="store_true", help="re-extract the sdist")
@@ -654,11 +705,18 @@ def main(argv: list[str] | None = None) -> int:
         "overlay": cmd_overlay,
         "pristine": cmd_pristine,
     }[args.mode]
+    export = None
     try:
+        if getattr(args, "ref", None):
+            export = scratch("ref")
+            Source.export(args.ref, export / "src")
         return handler(args)
     except SeriesError as e:
         print(f"series.py {args.mode}: error: {e}", file=sys.stderr)
         return 1
+    finally:
+        if export is not None:
+            shutil.rmtree(export, ignore_errors=True)
 
 
 if __name__ == "__main__":
