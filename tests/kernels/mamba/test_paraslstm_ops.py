@@ -264,25 +264,43 @@ def test_strided_inputs_and_wide_heads(impl):
         )
 
 
-def _torch_ref(scan_args: tuple, num_tokens: int, d: int) -> tuple:
-    """Float64 run of the torch ops (same device) as a fast reference."""
+def _torch_ref(scan_args: tuple, num_tokens: int, d: int, dtype=torch.float64):
+    """The torch ops on the same device as a fast reference (float64 by
+    default; float32 gives the error budget of honest fp32 arithmetic)."""
     gates, rec, state, qsl, idx, has_init = scan_args
-    state64 = state.double()
-    out64 = torch.empty(num_tokens, d, dtype=torch.float64, device=gates.device)
+    state_ref = state.to(dtype, copy=True)
+    out_ref = torch.empty(num_tokens, d, dtype=dtype, device=gates.device)
     paraslstm_scan_cpu(
-        gates.double(), rec.double(), state64, qsl, idx, has_init, out64
+        gates.to(dtype), rec.to(dtype), state_ref, qsl, idx, has_init, out_ref
     )
-    return out64, state64
+    return out_ref, state_ref
+
+
+def _rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
+    x, ref = x.double().nan_to_num(0.0), ref.double().nan_to_num(0.0)
+    return float((x - ref).norm() / ref.norm())
+
+
+def _assert_like_fp32(x, ref64, ref32, floor: float):
+    """Error vs float64 no worse than a few times float32 torch's own."""
+    err, budget = _rel_err(x, ref64), _rel_err(ref32, ref64)
+    assert err <= 4 * budget + floor, (err, budget)
 
 
 @pytest.mark.parametrize("impl", _NATIVE)
 @pytest.mark.parametrize("mix,num_heads", [("diag", 1), ("head", 16), ("head", 8)])
 @pytest.mark.parametrize("gate_dtype", [torch.float32, torch.bfloat16])
 def test_large_native(impl, mix, num_heads, gate_dtype):
-    """Production-sized shapes against the torch ops in float64."""
+    """Production-sized shapes against the torch ops in float64 and float32.
+
+    Long sequences with large gates drive the stabilizer ``m`` into the
+    thousands, so float32 itself drifts from float64; the kernels must stay
+    within a few times that drift.
+    """
     device, scan, update = IMPLS[impl]
     torch.manual_seed(4)
     d, num_blocks = 1024, 64
+    floor = 1e-6 if gate_dtype == torch.float32 else 4e-3
     rec = _recurrent(mix, d, num_heads, 0.5).to(device)
     pages = _pages(num_blocks, d).to(device)
     lens = [1, 1500, 37, 513, 1, 64, 2, 300]
@@ -293,17 +311,20 @@ def test_large_native(impl, mix, num_heads, gate_dtype):
                        device=device)
     has_init = torch.tensor([True, False, True, True, False, True, True, False],
                             device=device)
-    want_h, want_state = _torch_ref(
-        (gates, rec, pages, qsl, idx, has_init), num_tokens, d
-    )
+    args = (gates, rec, pages, qsl, idx, has_init)
+    h64, s64 = _torch_ref(args, num_tokens, d)
+    h32, s32 = _torch_ref(args, num_tokens, d, torch.float32)
     state = pages.clone()
     out = torch.full((num_tokens, d), 3.0, dtype=gate_dtype, device=device)
     scan(gates, rec, state, qsl, idx, has_init, out)
-    torch.testing.assert_close(out.double(), want_h, check_dtype=False,
-                               **_tol(gate_dtype))
+    _assert_like_fp32(out, h64, h32, floor)
     used = idx[idx != NULL].long()
-    torch.testing.assert_close(state[used].double(), want_state[used],
-                               atol=1e-3, rtol=1e-4)
+    _assert_like_fp32(state[used], s64[used], s32[used], 1e-6)
+    pad = slice(int(qsl[2]), int(qsl[3]))
+    assert torch.all(out[pad] == 0)
+    unused = torch.ones(num_blocks, dtype=torch.bool, device=device)
+    unused[used] = False
+    assert torch.equal(state[unused].nan_to_num(9.0), pages[unused].nan_to_num(9.0))
 
     batch, num_blocks = 300, 320
     pages = _pages(num_blocks, d).to(device)
@@ -311,16 +332,16 @@ def test_large_native(impl, mix, num_heads, gate_dtype):
     idx = (torch.randperm(num_blocks - 1, device=device)[:batch] + 1).int()
     idx[::7] = NULL
     qsl = torch.arange(batch + 1, dtype=torch.int32, device=device)
-    want_h, want_state = _torch_ref(
-        (gates, rec, pages, qsl, idx, None), batch, d
-    )
+    ones = torch.ones(batch, dtype=torch.bool, device=device)
+    want_h, want_state = _torch_ref((gates, rec, pages, qsl, idx, ones), batch, d)
     state = pages.clone()
     out = torch.empty(batch, d, dtype=gate_dtype, device=device)
     update(gates, rec, state, idx, out)
     real = idx != NULL
     torch.testing.assert_close(out[real].double(), want_h[real], check_dtype=False,
                                **_tol(gate_dtype))
-    torch.testing.assert_close(state.double(), want_state, atol=1e-3, rtol=1e-4,
+    assert torch.all(out[~real] == 0)
+    torch.testing.assert_close(state.double(), want_state, atol=2e-4, rtol=2e-4,
                                equal_nan=True)
 
 
@@ -348,12 +369,13 @@ def test_decode_cuda_graph(impl, mix, num_heads):
     for _ in range(3):
         gates.normal_()
         qsl = torch.arange(batch + 1, dtype=torch.int32, device=device)
+        ones = torch.ones(batch, dtype=torch.bool, device=device)
         want_h, want_state = _torch_ref(
-            (gates, rec, want_state, qsl, idx, None), batch, d
+            (gates, rec, want_state, qsl, idx, ones), batch, d
         )
         graph.replay()
         real = idx != NULL
         torch.testing.assert_close(out[real].double(), want_h[real],
                                    check_dtype=False, **_tol(torch.bfloat16))
-    torch.testing.assert_close(state.double(), want_state, atol=1e-3, rtol=1e-4,
+    torch.testing.assert_close(state.double(), want_state, atol=2e-4, rtol=2e-4,
                                equal_nan=True)

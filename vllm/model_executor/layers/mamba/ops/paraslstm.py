@@ -126,6 +126,7 @@ def _update_head_kernel(
     null_block_id,
     BLOCK_B: tl.constexpr,
     BLOCK_H: tl.constexpr,
+    BLOCK_K: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
 ):
     head = tl.program_id(1)
@@ -140,34 +141,43 @@ def _update_head_kernel(
     mask = row_mask[:, None] & e_mask[None, :]
     smask = valid[:, None] & e_mask[None, :]
 
-    s = state_ptr + pages[:, None] * stride_s_blk + ch[None, :] * stride_s_ch
-    h = tl.load(s + 3 * stride_s_slot, mask=smask, other=0.0).to(tl.float32)
-    c = tl.load(s, mask=smask, other=0.0).to(tl.float32)
-    n = tl.load(s + stride_s_slot, mask=smask, other=0.0).to(tl.float32)
-    m = tl.load(s + 2 * stride_s_slot, mask=smask, other=0.0).to(tl.float32)
-
     g = gates_ptr + rows.to(tl.int64)[:, None] * stride_g_tok + ch[None, :] * stride_g_ch
     z_i = tl.load(g, mask=mask, other=0.0).to(tl.float32)
     z_f = tl.load(g + d * stride_g_ch, mask=mask, other=0.0).to(tl.float32)
     z_z = tl.load(g + 2 * d * stride_g_ch, mask=mask, other=0.0).to(tl.float32)
     z_o = tl.load(g + 3 * d * stride_g_ch, mask=mask, other=0.0).to(tl.float32)
 
-    r = (
+    # rec[b, e] = sum_j h_prev[b, j] * R[g, head, j, e], K-chunked over j.
+    # All reads of the old h precede the writes below (they feed them).
+    k = tl.arange(0, BLOCK_K)
+    s_rows = state_ptr + pages[:, None] * stride_s_blk
+    h_ptr = s_rows + 3 * stride_s_slot + (head * head_dim + k[None, :]) * stride_s_ch
+    r_ptr = (
         rec_ptr
         + head * stride_r_head
-        + e[:, None] * stride_r_in
+        + k[:, None] * stride_r_in
         + e[None, :] * stride_r_out
     )
-    rmask = e_mask[:, None] & e_mask[None, :]
-    r_i = tl.load(r, mask=rmask, other=0.0).to(tl.float32)
-    r_f = tl.load(r + stride_r_gate, mask=rmask, other=0.0).to(tl.float32)
-    r_z = tl.load(r + 2 * stride_r_gate, mask=rmask, other=0.0).to(tl.float32)
-    r_o = tl.load(r + 3 * stride_r_gate, mask=rmask, other=0.0).to(tl.float32)
-    z_i = tl.dot(h, r_i, z_i, input_precision=DOT_PRECISION)
-    z_f = tl.dot(h, r_f, z_f, input_precision=DOT_PRECISION)
-    z_z = tl.dot(h, r_z, z_z, input_precision=DOT_PRECISION)
-    z_o = tl.dot(h, r_o, z_o, input_precision=DOT_PRECISION)
+    for k0 in range(0, head_dim, BLOCK_K):
+        k_mask = (k0 + k) < head_dim
+        h_k = tl.load(h_ptr, mask=valid[:, None] & k_mask[None, :], other=0.0)
+        h_k = h_k.to(tl.float32)
+        rmask = k_mask[:, None] & e_mask[None, :]
+        r_i = tl.load(r_ptr, mask=rmask, other=0.0).to(tl.float32)
+        r_f = tl.load(r_ptr + stride_r_gate, mask=rmask, other=0.0).to(tl.float32)
+        r_z = tl.load(r_ptr + 2 * stride_r_gate, mask=rmask, other=0.0)
+        r_o = tl.load(r_ptr + 3 * stride_r_gate, mask=rmask, other=0.0)
+        z_i = tl.dot(h_k, r_i, z_i, input_precision=DOT_PRECISION)
+        z_f = tl.dot(h_k, r_f, z_f, input_precision=DOT_PRECISION)
+        z_z = tl.dot(h_k, r_z.to(tl.float32), z_z, input_precision=DOT_PRECISION)
+        z_o = tl.dot(h_k, r_o.to(tl.float32), z_o, input_precision=DOT_PRECISION)
+        h_ptr += BLOCK_K * stride_s_ch
+        r_ptr += BLOCK_K * stride_r_in
 
+    s = s_rows + ch[None, :] * stride_s_ch
+    c = tl.load(s, mask=smask, other=0.0).to(tl.float32)
+    n = tl.load(s + stride_s_slot, mask=smask, other=0.0).to(tl.float32)
+    m = tl.load(s + 2 * stride_s_slot, mask=smask, other=0.0).to(tl.float32)
     c, n, m, h = _slstm_cell(z_i, z_f, z_z, z_o, c, n, m)
     sty = state_ptr.dtype.element_ty
     tl.store(s, c.to(sty), mask=smask)
@@ -355,19 +365,28 @@ def _update_torch(
 
 
 def _update_diag_config(batch: int, d: int) -> tuple[int, int]:
-    """``(BLOCK_D, num_warps)`` for the diag decode kernel."""
-    block_d = min(triton.next_power_of_2(d), 512)
-    while block_d > 128 and batch * triton.cdiv(d, block_d) < 1024:
-        block_d //= 2
-    return block_d, max(1, min(4, block_d // 128))
+    """``(BLOCK_D, num_warps)`` for the diag decode kernel: one channel per
+    thread in 128-channel programs, single-warp programs when few."""
+    block_d = min(128, max(32, triton.next_power_of_2(d)))
+    if batch * triton.cdiv(d, block_d) < 512:
+        return block_d, 1
+    return block_d, block_d // 32
 
 
-def _scan_diag_config(num_seqs: int, d: int) -> tuple[int, int]:
-    """``(BLOCK_D, num_warps)`` for the diag scan kernel."""
-    block_d = min(triton.next_power_of_2(d), 128)
-    while block_d > 32 and num_seqs * triton.cdiv(d, block_d) < 264:
-        block_d //= 2
-    return block_d, max(1, block_d // 32)
+def _scan_diag_config(
+    num_seqs: int, d: int, elem_size: int
+) -> tuple[int, int, int]:
+    """``(BLOCK_D, num_warps, num_stages)`` for the diag scan kernel.
+
+    Single-warp programs; at least 4 bytes of each gate row per thread so the
+    gate loads can be pipelined (asynchronous copies). Many sequences: 16
+    bytes per thread; few: as many programs as possible, deeper pipeline.
+    """
+    min_block = 32 * max(1, 4 // elem_size)
+    wide = 32 * (16 // elem_size)
+    if num_seqs * triton.cdiv(d, wide) >= 264:
+        return wide, 1, 4
+    return min_block, 1, 8
 
 
 def _strides(
@@ -439,12 +458,30 @@ def paraslstm_update(
             num_warps=num_warps or cfg_warps,
         )
         return
-    num_heads, head_dim = recurrent.shape[1], recurrent.shape[2]
-    if head_dim > _MAX_HEAD_DIM:
+    if recurrent.shape[2] > _MAX_HEAD_DIM:
         _update_torch(gates, recurrent, state, state_indices, out, null_block_id)
         return
+    _launch_update_head(
+        gates, recurrent, state, state_indices, out, null_block_id, strides,
+        num_warps=num_warps,
+    )
+
+
+def _launch_update_head(
+    gates: torch.Tensor,
+    recurrent: torch.Tensor,
+    state: torch.Tensor,
+    state_indices: torch.Tensor,
+    out: torch.Tensor,
+    null_block_id: int,
+    strides: tuple[int, ...],
+    block_b: int = 16,
+    block_k: int = 16,
+    num_warps: int | None = None,
+) -> None:
+    batch, d = out.shape
+    num_heads, head_dim = recurrent.shape[1], recurrent.shape[2]
     block_h = max(16, triton.next_power_of_2(head_dim))
-    block_b = 16
     grid = (triton.cdiv(batch, block_b), num_heads)
     _update_head_kernel[grid](
         gates,
@@ -462,8 +499,9 @@ def paraslstm_update(
         null_block_id,
         BLOCK_B=block_b,
         BLOCK_H=block_h,
+        BLOCK_K=min(block_k, block_h),
         DOT_PRECISION="ieee" if _INTERPRET else "tf32x3",
-        num_warps=num_warps or max(4, block_h // 8),
+        num_warps=num_warps or 4,
     )
 
 
@@ -479,7 +517,7 @@ def paraslstm_scan(
     *,
     block_d: int | None = None,
     num_warps: int | None = None,
-    num_stages: int = 4,
+    num_stages: int | None = None,
 ) -> None:
     """Varlen prefill over packed sequences, final state written in place.
 
@@ -518,8 +556,11 @@ def paraslstm_scan(
     init_arg = init if init is not None else state_indices
     strides = _strides(gates, state, out)
     if recurrent.dim() == 2:
-        cfg_block, cfg_warps = _scan_diag_config(num_seqs, d)
+        cfg_block, cfg_warps, cfg_stages = _scan_diag_config(
+            num_seqs, d, gates.element_size()
+        )
         block_d = block_d or cfg_block
+        num_stages = num_stages or cfg_stages
         grid = (num_seqs, triton.cdiv(d, block_d))
         _scan_diag_kernel[grid](
             gates,
@@ -574,6 +615,6 @@ def paraslstm_scan(
         null_block_id,
         HAS_INIT=init is not None,
         BLOCK_H=block_h,
-        NUM_STAGES=num_stages,
+        NUM_STAGES=num_stages or 2,
         num_warps=num_warps or max(1, min(16, block_h * block_h // 1024)),
     )

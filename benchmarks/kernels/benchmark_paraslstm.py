@@ -1,0 +1,312 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM project
+"""Benchmark the ParaSLSTM Triton kernels against the memory limit and peers.
+
+Decode is timed inside a CUDA graph that launches the kernel once per buffer
+set, rotating over enough sets (gates, state pages, indices, output) that the
+working set is several times the L2; the time per launch is the graph replay
+time over the number of launches. Prefill is timed eagerly. Achieved
+bandwidth counts each byte the kernel must move once (state read + write,
+gates, ``h`` out) and is compared with a device-to-device copy measured in
+the same run. Peers: pararnn-torch's ``decode_step`` / ``newton_apply``
+(when importable) on the same shapes.
+
+Usage:
+    python benchmarks/kernels/benchmark_paraslstm.py [--sweep] [--json PATH]
+"""
+
+import argparse
+import json
+import math
+import statistics
+
+import torch
+
+from vllm.model_executor.layers.mamba.ops.paraslstm import (
+    _launch_update_head,
+    paraslstm_scan,
+    paraslstm_update,
+)
+from vllm.triton_utils import triton
+
+L2_BYTES = 60 * 2**20
+DECODE_SHAPES = [(4096, 1), (4096, 256), (4096, 1024), (1024, 256)]
+PREFILL_SHAPES = [(1, 16384, 1024), (64, 1024, 2048), (1, 2048, 1024)]
+
+
+def _events_ms(fn, iters: int, trials: int = 5) -> float:
+    times = []
+    for _ in range(trials):
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(iters):
+            fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) / iters)
+    return statistics.median(times)
+
+
+def copy_bandwidth() -> float:
+    """Bytes/s of a 2 GiB device-to-device copy (read + write counted)."""
+    n = 2**29
+    src = torch.randn(n, device="cuda")
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    ms = _events_ms(lambda: dst.copy_(src), iters=10)
+    return 2 * n * 4 / (ms * 1e-3)
+
+
+def graph_time_us(launches: list, replays: int = 20) -> float:
+    """Median time per launch of ``launches`` captured back to back."""
+    for f in launches:
+        f()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for f in launches:
+            f()
+    graph.replay()
+    torch.cuda.synchronize()
+    ms = _events_ms(graph.replay, iters=replays)
+    return ms * 1e3 / len(launches)
+
+
+def _num_sets(set_bytes: int) -> int:
+    return max(4, min(512, math.ceil(8 * L2_BYTES / set_bytes)))
+
+
+def _recurrent(mix: str, d: int, heads: int) -> torch.Tensor:
+    if mix == "diag":
+        return torch.randn(4, d, device="cuda").clamp(-0.5, 0.5)
+    hd = d // heads
+    r = torch.randn(4, heads, hd, hd, device="cuda") / hd**0.5
+    return r.clamp(-0.5, 0.5)
+
+
+def decode_sets(d: int, batch: int, dtype: torch.dtype, nsets: int) -> list:
+    sets = []
+    for _ in range(nsets):
+        pages = torch.randn(batch + 1, 4, d, device="cuda")
+        pages[:, 1].abs_().add_(0.1)
+        idx = (torch.randperm(batch, device="cuda") + 1).int()
+        gates = torch.randn(batch, 4 * d, device="cuda").to(dtype)
+        out = torch.empty(batch, d, device="cuda", dtype=dtype)
+        sets.append((gates, pages, idx, out))
+    return sets
+
+
+def bench_decode(d, batch, dtype, mix="diag", heads=1, sweep=False):
+    es = torch.finfo(dtype).bits // 8
+    nbytes = batch * d * (32 + 5 * es)
+    sets = decode_sets(d, batch, dtype, _num_sets(nbytes))
+    rec = _recurrent(mix, d, heads)
+    results = {}
+    configs = [(None, None)]
+    if sweep and mix == "diag":
+        configs += [
+            (bd, nw)
+            for bd, nw in ((32, 1), (64, 2), (128, 1), (128, 2), (128, 4),
+                           (256, 4), (256, 8), (512, 4))
+            if bd <= triton.next_power_of_2(d)
+        ]
+    if sweep and mix == "head":
+        configs += [(bb, bk, nw) for bb, bk, nw in
+                    ((16, 16, 4), (16, 16, 8), (32, 16, 4), (32, 32, 8),
+                     (64, 32, 8), (16, 32, 4))]
+    ref = None
+    g, p, i, o = sets[0]
+    pristine = p.clone()
+    strides = (g.stride(0), g.stride(1), *p.stride(), o.stride(0), o.stride(1))
+
+    def update(gates, pages, idx, out, cfg):
+        if len(cfg) == 2:
+            paraslstm_update(gates, rec, pages, idx, out, block_d=cfg[0],
+                             num_warps=cfg[1])
+        else:
+            _launch_update_head(gates, rec, pages, idx, out, 0, strides,
+                                block_b=cfg[0], block_k=cfg[1], num_warps=cfg[2])
+
+    for cfg in configs:
+        p0 = pristine.clone()
+        update(g, p0, i, o, cfg)
+        if ref is None:
+            ref = o.float().clone()
+        else:
+            err = (o.float() - ref).abs().max().item()
+            assert err < 1e-3, (cfg, err)
+
+        def launch(s, cfg=cfg):
+            return lambda: update(s[0], s[1], s[2], s[3], cfg)
+
+        us = graph_time_us([launch(s) for s in sets])
+        results["/".join(map(str, cfg))] = us
+    return nbytes, results
+
+
+def bench_pararnn_decode(d, batch):
+    from pararnn.cells import ParaSLSTM
+    from pararnn.kernels.decode import decode_step
+
+    cell = ParaSLSTM(d_in=d, d_h=d, mix="diag").cuda()
+    nbytes = batch * d * 48
+    sets = []
+    for _ in range(_num_sets(nbytes)):
+        pool = torch.randn(batch + 1, 4, d, device="cuda")
+        pool[:, 1].abs_().add_(0.1)
+        bt = (torch.randperm(batch, device="cuda") + 1).int()
+        wx = torch.randn(batch, 4 * d, device="cuda")
+        sets.append((pool, bt, wx))
+    h = torch.empty(batch, d, device="cuda")
+
+    def step_and_gather(s):
+        decode_step(cell, s[0], wx=s[2], block_table=s[1])
+        torch.index_select(s[0][:, 3], 0, s[1], out=h)
+
+    with torch.no_grad():
+        us = graph_time_us(
+            [
+                (lambda s=s: decode_step(cell, s[0], wx=s[2], block_table=s[1]))
+                for s in sets
+            ]
+        )
+        us_gather = graph_time_us([(lambda s=s: step_and_gather(s)) for s in sets])
+    return nbytes, us, us_gather
+
+
+def prefill_inputs(batch, seqlen, d, dtype):
+    tokens = batch * seqlen
+    gates = torch.randn(tokens, 4 * d, device="cuda").to(dtype)
+    out = torch.empty(tokens, d, device="cuda", dtype=dtype)
+    pages = torch.zeros(batch + 1, 4, d, device="cuda")
+    qsl = (torch.arange(batch + 1, device="cuda") * seqlen).int()
+    idx = torch.arange(1, batch + 1, device="cuda").int()
+    has_init = torch.zeros(batch, dtype=torch.bool, device="cuda")
+    return gates, out, pages, qsl, idx, has_init
+
+
+def bench_prefill(batch, seqlen, d, dtype, mix="diag", heads=1, sweep=False):
+    es = torch.finfo(dtype).bits // 8
+    nbytes = batch * seqlen * d * 5 * es + batch * d * 16
+    gates, out, pages, qsl, idx, has_init = prefill_inputs(batch, seqlen, d, dtype)
+    rec = _recurrent(mix, d, heads)
+    iters = max(2, min(20, int(2e9 // nbytes)))
+    configs = [(None, None, None)]
+    if sweep and mix == "diag":
+        configs += [
+            (bd, nw, ns)
+            for bd in (32, 64, 128, 256)
+            for nw in (1, 2, 4)
+            for ns in (2, 4, 8)
+            if bd // (32 * nw) in (1, 2, 4, 8) and bd <= d
+        ]
+    results = {}
+    ref = None
+    for bd, nw, ns in configs:
+
+        def run(bd=bd, nw=nw, ns=ns):
+            paraslstm_scan(
+                gates, rec, pages, qsl, idx, has_init, out,
+                block_d=bd, num_warps=nw, num_stages=ns,
+            )
+
+        run()
+        if ref is None:
+            ref = out.float().clone()
+        else:
+            err = (out.float() - ref).abs().max().item()
+            assert err < 1e-3, (bd, nw, ns, err)
+        results[f"{bd}/{nw}/{ns}"] = _events_ms(run, iters=iters, trials=3) * 1e3
+    return nbytes, results
+
+
+def bench_pararnn_newton(batch, seqlen, d):
+    from pararnn.cells import ParaSLSTM
+    from pararnn.solvers.newton import NewtonConfig, newton_apply
+
+    cell = ParaSLSTM(d_in=d, d_h=d, mix="diag").cuda()
+    x = torch.randn(batch, seqlen, d, device="cuda")
+    cfg = NewtonConfig(max_iters=3, residual_fail=None)
+    with torch.no_grad():
+        newton = _events_ms(lambda: newton_apply(cell, x, cfg), iters=2, trials=3)
+        gemm = _events_ms(lambda: cell.W_x(x), iters=5, trials=3)
+    return newton * 1e3, gemm * 1e3
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sweep", action="store_true")
+    parser.add_argument("--no-peers", action="store_true")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    torch.manual_seed(0)
+    rows = []
+    bw = copy_bandwidth()
+    print(f"{torch.cuda.get_device_name()}: copy bandwidth {bw / 1e9:.0f} GB/s")
+
+    def row(kind, shape, impl, us, nbytes):
+        pct = 100 * nbytes / (us * 1e-6) / bw if nbytes else float("nan")
+        rows.append(dict(kind=kind, shape=shape, impl=impl, us=us, pct=pct))
+        print(f"{kind:8s} {shape:28s} {impl:34s} {us:10.2f} us {pct:6.1f}%",
+              flush=True)
+
+    for d, batch in DECODE_SHAPES:
+        for dtype in (torch.float32, torch.bfloat16):
+            nbytes, res = bench_decode(d, batch, dtype, sweep=args.sweep)
+            name = "fp32" if dtype == torch.float32 else "bf16"
+            for cfg, us in sorted(res.items(), key=lambda kv: kv[1])[:3]:
+                row("decode", f"d={d} B={batch} {name}", f"triton diag {cfg}", us,
+                    nbytes)
+            row("decode", f"d={d} B={batch} {name}", "triton diag default",
+                res["None/None"], nbytes)
+        if not args.no_peers:
+            try:
+                nbytes, us, us_gather = bench_pararnn_decode(d, batch)
+                row("decode", f"d={d} B={batch} fp32", "pararnn decode_step", us,
+                    nbytes)
+                row("decode", f"d={d} B={batch} fp32", "pararnn + gather h",
+                    us_gather, nbytes)
+            except Exception as e:  # noqa: BLE001
+                print("pararnn decode failed:", repr(e))
+    for d, batch, heads in [(4096, 256, 64), (4096, 256, 32), (1024, 256, 16),
+                            (4096, 1, 64)]:
+        nbytes, res = bench_decode(d, batch, torch.float32, "head", heads,
+                                   sweep=args.sweep)
+        shape = f"d={d} B={batch} fp32 H={heads}"
+        for cfg, us in sorted(res.items(), key=lambda kv: kv[1])[:3]:
+            row("decode", shape, f"triton head {cfg}", us, nbytes)
+        row("decode", shape, "triton head default", res["None/None"], nbytes)
+
+    for batch, seqlen, d in PREFILL_SHAPES:
+        shape = f"B={batch} T={seqlen} d={d}"
+        for dtype in (torch.float32, torch.bfloat16):
+            nbytes, res = bench_prefill(
+                batch, seqlen, d, dtype, sweep=args.sweep
+            )
+            name = "fp32" if dtype == torch.float32 else "bf16"
+            for cfg, us in sorted(res.items(), key=lambda kv: kv[1])[:3]:
+                row("prefill", f"{shape} {name}", f"triton diag {cfg}", us, nbytes)
+            row("prefill", f"{shape} {name}", "triton diag default",
+                res["None/None/None"], nbytes)
+        if not args.no_peers:
+            try:
+                newton_us, gemm_us = bench_pararnn_newton(batch, seqlen, d)
+                row("prefill", f"{shape} fp32", "pararnn newton_apply K=3",
+                    newton_us, 0)
+                row("prefill", f"{shape} fp32", "  of which its W_x GEMM",
+                    gemm_us, 0)
+            except Exception as e:  # noqa: BLE001
+                print("pararnn newton failed:", repr(e))
+    for batch, seqlen, d, heads in [(64, 1024, 2048, 32), (1, 2048, 1024, 16)]:
+        nbytes, res = bench_prefill(batch, seqlen, d, torch.float32, "head", heads)
+        row("prefill", f"B={batch} T={seqlen} d={d} fp32 H={heads}", "triton head",
+            res["None/None/None"], nbytes)
+
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(copy_bandwidth=bw, rows=rows), f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
