@@ -68,8 +68,14 @@ def main() -> None:
         "mix": "diag",
         "tie_word_embeddings": True,
     }
-    job = {"config": config, "seed": 0, "dtype": "float32", "prompts": [[0]],
-           "max_new_tokens": 1, "num_logprobs": 1}
+    job = {
+        "config": config,
+        "seed": 0,
+        "dtype": "float32",
+        "prompts": [[0]],
+        "max_new_tokens": 1,
+        "num_logprobs": 1,
+    }
     with tempfile.TemporaryDirectory() as tmp:
         (result,) = make_reference_checkpoints([job], tmp)
         shutil.rmtree(OUT, ignore_errors=True)

@@ -192,7 +192,10 @@ class ParaSLSTMModel(nn.Module):
 def _checkpoint_shapes(config: ParaSLSTMConfig) -> dict[str, tuple[int, ...]]:
     """Every tensor a pararnn-torch checkpoint must hold, with its shape."""
     d, inter, vocab = config.hidden_size, config.intermediate_size, config.vocab_size
-    shapes: dict[str, tuple[int, ...]] = {"embed.weight": (vocab, d), "norm.weight": (d,)}
+    shapes: dict[str, tuple[int, ...]] = {
+        "embed.weight": (vocab, d),
+        "norm.weight": (d,),
+    }
     if not config.tie_word_embeddings:
         shapes["lm_head.weight"] = (vocab, d)
     if config.mix == "head":

@@ -32,6 +32,7 @@ class ParaSLSTMConfig(PreTrainedConfig):
         n_heads: Number of heads for `mix="head"`; must divide `hidden_size`.
         rms_norm_eps: Epsilon of every RMSNorm.
         tie_word_embeddings: Whether the LM head shares the embedding matrix.
+
     """
 
     model_type = "paraslstm"

@@ -18,12 +18,11 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from vllm import LLM, SamplingParams, envs
-from vllm.transformers_utils.configs.paraslstm import ParaSLSTMConfig
-
 from tests.models.language.generation.paraslstm_utils import (
     make_reference_checkpoints,
 )
+from vllm import LLM, SamplingParams, envs
+from vllm.transformers_utils.configs.paraslstm import ParaSLSTMConfig
 
 VOCAB = 384
 MAX_NEW_TOKENS = 10
@@ -81,18 +80,30 @@ def reference(tmp_path_factory) -> dict[str, dict]:
         prompts = list(PROMPTS)
         if name == "diag-tied-rho0.5-d48":
             prompts.append(SHARED_PREFIX_PROMPT)
-        jobs.append({"config": config, "seed": len(jobs), "dtype": "float32",
-                     "prompts": prompts})
+        jobs.append(
+            {
+                "config": config,
+                "seed": len(jobs),
+                "dtype": "float32",
+                "prompts": prompts,
+            }
+        )
     jobs.append(
-        {"config": CASES["diag-tied-rho0.5-d48"], "seed": 7, "dtype": "bfloat16",
-         "prompts": PROMPTS}
+        {
+            "config": CASES["diag-tied-rho0.5-d48"],
+            "seed": 7,
+            "dtype": "bfloat16",
+            "prompts": PROMPTS,
+        }
     )
     for job in jobs:
         job.update(max_new_tokens=MAX_NEW_TOKENS, num_logprobs=NUM_LOGPROBS)
     results = make_reference_checkpoints(jobs, tmp_path_factory.mktemp("paraslstm"))
     names = [*CASES, BF16_CASE]
-    return {name: {**res, "prompts": job["prompts"]}
-            for name, job, res in zip(names, jobs, results)}
+    return {
+        name: {**res, "prompts": job["prompts"]}
+        for name, job, res in zip(names, jobs, results)
+    }
 
 
 def _llm(model: str, **kwargs) -> LLM:
@@ -195,9 +206,7 @@ def test_batch_equals_single_and_chunked_prefill(reference):
 
 
 def _prefix_cache_hits(llm: LLM) -> float:
-    return sum(
-        m.value for m in llm.get_metrics() if m.name == "vllm:prefix_cache_hits"
-    )
+    return sum(m.value for m in llm.get_metrics() if m.name == "vllm:prefix_cache_hits")
 
 
 def test_prefix_caching(reference):
@@ -261,8 +270,13 @@ def test_config_rejects_invalid_values(overrides, match):
 
 def test_config_accepts_library_placeholders():
     config = ParaSLSTMConfig(
-        hidden_size=48, state_size=16, conv_kernel=4, time_step_rank=1,
-        use_conv_bias=False, use_bias=False, hidden_act="silu",
+        hidden_size=48,
+        state_size=16,
+        conv_kernel=4,
+        time_step_rank=1,
+        use_conv_bias=False,
+        use_bias=False,
+        hidden_act="silu",
         layer_norm_epsilon=1e-6,
     )
     assert config.intermediate_size == 192
@@ -294,7 +308,9 @@ def test_bad_checkpoint_raises(reference, tmp_path, kind, match):
         else:
             t["blocks.0.mlp.down.bias"] = torch.zeros(47)
 
-    path = _broken_copy(reference["diag-tied-rho0.5-d48"]["out_dir"], tmp_path / kind, edit)
+    path = _broken_copy(
+        reference["diag-tied-rho0.5-d48"]["out_dir"], tmp_path / kind, edit
+    )
     with pytest.raises(Exception, match=match):
         _llm(path)
     gc.collect()

@@ -40,6 +40,7 @@ def paraslstm_step(
 
     Returns:
         The new state ``(B, 4, d)``.
+
     """
     c, n, m, h = state.unbind(1)
     pre = gates + _recurrent_term(h, recurrent)
@@ -67,9 +68,7 @@ def _check_common(
             f"gates must be (num_tokens, {4 * d}), got {tuple(gates.shape)}"
         )
     if out.shape != (gates.shape[0], d):
-        raise ValueError(
-            f"out must be ({gates.shape[0]}, {d}), got {tuple(out.shape)}"
-        )
+        raise ValueError(f"out must be ({gates.shape[0]}, {d}), got {tuple(out.shape)}")
     if recurrent.dim() == 2:
         ok = recurrent.shape == (4, d)
     else:
@@ -103,6 +102,7 @@ def paraslstm_update_cpu(
         state: ``(num_blocks, 4, d)`` state pages.
         state_indices: ``(B,)`` page of each row; ``null_block_id`` = padding.
         out: ``(B, d)`` receives ``h``.
+
     """
     _check_common(gates, recurrent, state, out)
     if state_indices.shape != (gates.shape[0],):
@@ -115,7 +115,9 @@ def paraslstm_update_cpu(
     safe_idx = torch.where(valid, idx, torch.zeros_like(idx))
     prev = state.index_select(0, safe_idx)
     new = paraslstm_step(
-        prev, gates.view(-1, 4, state.shape[-1]).to(state.dtype), recurrent.to(state.dtype)
+        prev,
+        gates.view(-1, 4, state.shape[-1]).to(state.dtype),
+        recurrent.to(state.dtype),
     )
     rows = valid.nonzero().squeeze(1)
     state.index_copy_(0, idx[rows], new[rows])
@@ -142,6 +144,7 @@ def paraslstm_scan_cpu(
         state_indices: ``(B,)`` page of each sequence.
         has_initial_state: ``(B,)`` bool; False (or None) starts from zeros.
         out: ``(num_tokens, d)`` receives ``h`` for every token.
+
     """
     d = _check_common(gates, recurrent, state, out)
     num_seqs = query_start_loc.shape[0] - 1
