@@ -101,7 +101,8 @@ def paraslstm_update_cpu(
         recurrent: ``(4, d)`` or ``(4, H, d/H, d/H)`` clamped weights.
         state: ``(num_blocks, 4, d)`` state pages.
         state_indices: ``(B,)`` page of each row; ``null_block_id`` = padding.
-        out: ``(B, d)`` receives ``h``.
+        out: ``(B, d)`` receives ``h``; padding rows receive zeros.
+        null_block_id: state index that marks a padding row.
 
     """
     _check_common(gates, recurrent, state, out)
@@ -144,6 +145,7 @@ def paraslstm_scan_cpu(
         state_indices: ``(B,)`` page of each sequence.
         has_initial_state: ``(B,)`` bool; False (or None) starts from zeros.
         out: ``(num_tokens, d)`` receives ``h`` for every token.
+        null_block_id: state index that marks a padding sequence.
 
     """
     d = _check_common(gates, recurrent, state, out)
