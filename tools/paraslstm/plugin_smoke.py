@@ -1,0 +1,63 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM project
+"""Checks run by plugin_smoke.sh inside the throwaway plugin venv."""
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+
+def main() -> int:
+    assert "vllm" not in sys.modules, "the .pth must not import vllm"
+    finders = [type(f).__name__ for f in sys.meta_path]
+    assert "ParaSLSTMInTreeFinder" in finders, finders
+
+    import vllm_paraslstm
+    from vllm_paraslstm import _finder
+
+    shipped = _finder.shipped_modules()
+    assert shipped, "no shipped modules"
+    for name, path in shipped.items():
+        spec = importlib.util.find_spec(name)
+        assert spec is not None and spec.origin == path, (name, spec, path)
+        assert "vllm_paraslstm" in Path(path).parts, path
+    print(f"finder: {len(shipped)} modules resolve to the shipped files")
+
+    from vllm.plugins import load_general_plugins
+
+    os.environ.setdefault("VLLM_PLUGINS", "paraslstm")
+    load_general_plugins()
+    vllm_paraslstm.register()
+    vllm_paraslstm.register()
+    assert not vllm_paraslstm.series_merged()
+
+    import torch
+    from transformers import AutoConfig
+
+    from vllm.config.compilation import CompilationConfig
+    from vllm.model_executor.layers.mamba import mamba_utils as mu
+    from vllm.model_executor.models import ModelRegistry
+    from vllm.model_executor.models.config import MODELS_CONFIG_MAP
+    from vllm.transformers_utils.config import _CONFIG_REGISTRY
+    from vllm.v1.attention.backends.registry import MambaAttentionBackendEnum
+
+    assert _CONFIG_REGISTRY["paraslstm"].__name__ == "ParaSLSTMConfig"
+    assert AutoConfig.for_model("paraslstm").model_type == "paraslstm"
+    assert mu.MambaStateShapeCalculator.paraslstm_state_shape(2, 64) == ((4, 32),)
+    dtype = mu.MambaStateDtypeCalculator.paraslstm_state_dtype
+    assert dtype(torch.bfloat16) == (torch.float32,)
+    assert dtype(torch.float32, "bfloat16") == (torch.bfloat16,)
+    copy = mu.MambaStateCopyFuncCalculator.paraslstm_state_copy_func()
+    assert copy == (mu.get_temporal_copy_spec,)
+    backend = MambaAttentionBackendEnum["PARASLSTM"].get_class()
+    assert backend.__name__ == "ParaSLSTMAttentionBackend"
+    assert "ParaSLSTMForCausalLM" in MODELS_CONFIG_MAP
+    assert CompilationConfig._attention_ops.count("vllm::paraslstm_mixer") == 1
+    assert "ParaSLSTMForCausalLM" in ModelRegistry.get_supported_archs()
+    print("register(): all registrations present, re-entrant")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
