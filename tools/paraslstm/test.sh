@@ -14,8 +14,7 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
-TESTS=(tests/kernels/mamba/test_paraslstm_ops.py
-    tests/models/language/generation/test_paraslstm.py)
+mapfile -t TESTS < <(grep -v '^#' tools/paraslstm/test_files.txt)
 
 step() { echo; echo "=== [$(date +%H:%M:%S)] $*"; }
 
