@@ -107,14 +107,30 @@ def bench_decode(d, batch, dtype, mix="diag", heads=1, sweep=False):
     if sweep and mix == "diag":
         configs += [
             (bd, nw)
-            for bd, nw in ((32, 1), (64, 2), (128, 1), (128, 2), (128, 4),
-                           (256, 4), (256, 8), (512, 4))
+            for bd, nw in (
+                (32, 1),
+                (64, 2),
+                (128, 1),
+                (128, 2),
+                (128, 4),
+                (256, 4),
+                (256, 8),
+                (512, 4),
+            )
             if bd <= triton.next_power_of_2(d)
         ]
     if sweep and mix == "head":
-        configs += [(bb, bk, nw) for bb, bk, nw in
-                    ((16, 16, 4), (16, 16, 8), (32, 16, 4), (32, 32, 8),
-                     (64, 32, 8), (16, 32, 4))]
+        configs += [
+            (bb, bk, nw)
+            for bb, bk, nw in (
+                (16, 16, 4),
+                (16, 16, 8),
+                (32, 16, 4),
+                (32, 32, 8),
+                (64, 32, 8),
+                (16, 32, 4),
+            )
+        ]
     ref = None
     g, p, i, o = sets[0]
     pristine = p.clone()
@@ -122,11 +138,22 @@ def bench_decode(d, batch, dtype, mix="diag", heads=1, sweep=False):
 
     def update(gates, pages, idx, out, cfg):
         if len(cfg) == 2:
-            paraslstm_update(gates, rec, pages, idx, out, block_d=cfg[0],
-                             num_warps=cfg[1])
+            paraslstm_update(
+                gates, rec, pages, idx, out, block_d=cfg[0], num_warps=cfg[1]
+            )
         else:
-            _launch_update_head(gates, rec, pages, idx, out, 0, strides,
-                                block_b=cfg[0], block_k=cfg[1], num_warps=cfg[2])
+            _launch_update_head(
+                gates,
+                rec,
+                pages,
+                idx,
+                out,
+                0,
+                strides,
+                block_b=cfg[0],
+                block_k=cfg[1],
+                num_warps=cfg[2],
+            )
 
     for cfg in configs:
         p0 = pristine.clone()
@@ -208,8 +235,16 @@ def bench_prefill(batch, seqlen, d, dtype, mix="diag", heads=1, sweep=False):
 
         def run(bd=bd, nw=nw, ns=ns):
             paraslstm_scan(
-                gates, rec, pages, qsl, idx, has_init, out,
-                block_d=bd, num_warps=nw, num_stages=ns,
+                gates,
+                rec,
+                pages,
+                qsl,
+                idx,
+                has_init,
+                out,
+                block_d=bd,
+                num_warps=nw,
+                num_stages=ns,
             )
 
         run()
@@ -250,31 +285,51 @@ def main():
     def row(kind, shape, impl, us, nbytes):
         pct = 100 * nbytes / (us * 1e-6) / bw if nbytes else float("nan")
         rows.append(dict(kind=kind, shape=shape, impl=impl, us=us, pct=pct))
-        print(f"{kind:8s} {shape:28s} {impl:34s} {us:10.2f} us {pct:6.1f}%",
-              flush=True)
+        print(f"{kind:8s} {shape:28s} {impl:34s} {us:10.2f} us {pct:6.1f}%", flush=True)
 
     for d, batch in DECODE_SHAPES:
         for dtype in (torch.float32, torch.bfloat16):
             nbytes, res = bench_decode(d, batch, dtype, sweep=args.sweep)
             name = "fp32" if dtype == torch.float32 else "bf16"
             for cfg, us in sorted(res.items(), key=lambda kv: kv[1])[:3]:
-                row("decode", f"d={d} B={batch} {name}", f"triton diag {cfg}", us,
-                    nbytes)
-            row("decode", f"d={d} B={batch} {name}", "triton diag default",
-                res["None/None"], nbytes)
+                row(
+                    "decode",
+                    f"d={d} B={batch} {name}",
+                    f"triton diag {cfg}",
+                    us,
+                    nbytes,
+                )
+            row(
+                "decode",
+                f"d={d} B={batch} {name}",
+                "triton diag default",
+                res["None/None"],
+                nbytes,
+            )
         if not args.no_peers:
             try:
                 nbytes, us, us_gather = bench_pararnn_decode(d, batch)
-                row("decode", f"d={d} B={batch} fp32", "pararnn decode_step", us,
-                    nbytes)
-                row("decode", f"d={d} B={batch} fp32", "pararnn + gather h",
-                    us_gather, nbytes)
+                row(
+                    "decode", f"d={d} B={batch} fp32", "pararnn decode_step", us, nbytes
+                )
+                row(
+                    "decode",
+                    f"d={d} B={batch} fp32",
+                    "pararnn + gather h",
+                    us_gather,
+                    nbytes,
+                )
             except Exception as e:  # noqa: BLE001
                 print("pararnn decode failed:", repr(e))
-    for d, batch, heads in [(4096, 256, 64), (4096, 256, 32), (1024, 256, 16),
-                            (4096, 1, 64)]:
-        nbytes, res = bench_decode(d, batch, torch.float32, "head", heads,
-                                   sweep=args.sweep)
+    for d, batch, heads in [
+        (4096, 256, 64),
+        (4096, 256, 32),
+        (1024, 256, 16),
+        (4096, 1, 64),
+    ]:
+        nbytes, res = bench_decode(
+            d, batch, torch.float32, "head", heads, sweep=args.sweep
+        )
         shape = f"d={d} B={batch} fp32 H={heads}"
         for cfg, us in sorted(res.items(), key=lambda kv: kv[1])[:3]:
             row("decode", shape, f"triton head {cfg}", us, nbytes)
@@ -283,27 +338,35 @@ def main():
     for batch, seqlen, d in PREFILL_SHAPES:
         shape = f"B={batch} T={seqlen} d={d}"
         for dtype in (torch.float32, torch.bfloat16):
-            nbytes, res = bench_prefill(
-                batch, seqlen, d, dtype, sweep=args.sweep
-            )
+            nbytes, res = bench_prefill(batch, seqlen, d, dtype, sweep=args.sweep)
             name = "fp32" if dtype == torch.float32 else "bf16"
             for cfg, us in sorted(res.items(), key=lambda kv: kv[1])[:3]:
                 row("prefill", f"{shape} {name}", f"triton diag {cfg}", us, nbytes)
-            row("prefill", f"{shape} {name}", "triton diag default",
-                res["None/None/None"], nbytes)
+            row(
+                "prefill",
+                f"{shape} {name}",
+                "triton diag default",
+                res["None/None/None"],
+                nbytes,
+            )
         if not args.no_peers:
             try:
                 newton_us, gemm_us = bench_pararnn_newton(batch, seqlen, d)
-                row("prefill", f"{shape} fp32", "pararnn newton_apply K=3",
-                    newton_us, 0)
-                row("prefill", f"{shape} fp32", "  of which its W_x GEMM",
-                    gemm_us, 0)
+                row(
+                    "prefill", f"{shape} fp32", "pararnn newton_apply K=3", newton_us, 0
+                )
+                row("prefill", f"{shape} fp32", "  of which its W_x GEMM", gemm_us, 0)
             except Exception as e:  # noqa: BLE001
                 print("pararnn newton failed:", repr(e))
     for batch, seqlen, d, heads in [(64, 1024, 2048, 32), (1, 2048, 1024, 16)]:
         nbytes, res = bench_prefill(batch, seqlen, d, torch.float32, "head", heads)
-        row("prefill", f"B={batch} T={seqlen} d={d} fp32 H={heads}", "triton head",
-            res["None/None/None"], nbytes)
+        row(
+            "prefill",
+            f"B={batch} T={seqlen} d={d} fp32 H={heads}",
+            "triton head",
+            res["None/None/None"],
+            nbytes,
+        )
 
     if args.json:
         with open(args.json, "w") as f:

@@ -198,7 +198,9 @@ def test_long_scan_matches_prefill_then_decode(impl, mix):
             out[t : t + 1],
         )
     torch.testing.assert_close(out.cpu().double(), want_h, atol=2e-4, rtol=2e-4)
-    torch.testing.assert_close(state.cpu()[2].double(), want_pages[2], atol=1e-3, rtol=1e-4)
+    torch.testing.assert_close(
+        state.cpu()[2].double(), want_pages[2], atol=1e-3, rtol=1e-4
+    )
 
 
 @pytest.mark.parametrize("impl", list(IMPLS))
@@ -209,15 +211,31 @@ def test_bad_shapes_raise(impl):
     rec = torch.zeros(4, d, device=device)
     idx = torch.tensor([1], dtype=torch.int32, device=device)
     with pytest.raises(ValueError, match="gates"):
-        update(torch.zeros(1, 3 * d, device=device), rec, state, idx,
-               torch.zeros(1, d, device=device))
+        update(
+            torch.zeros(1, 3 * d, device=device),
+            rec,
+            state,
+            idx,
+            torch.zeros(1, d, device=device),
+        )
     with pytest.raises(ValueError, match="recurrent"):
-        update(torch.zeros(1, 4 * d, device=device), torch.zeros(3, d, device=device),
-               state, idx, torch.zeros(1, d, device=device))
+        update(
+            torch.zeros(1, 4 * d, device=device),
+            torch.zeros(3, d, device=device),
+            state,
+            idx,
+            torch.zeros(1, d, device=device),
+        )
     with pytest.raises(ValueError, match="state_indices"):
-        scan(torch.zeros(3, 4 * d, device=device), rec, state,
-             torch.tensor([0, 1, 3], dtype=torch.int32, device=device), idx, None,
-             torch.zeros(3, d, device=device))
+        scan(
+            torch.zeros(3, 4 * d, device=device),
+            rec,
+            state,
+            torch.tensor([0, 1, 3], dtype=torch.int32, device=device),
+            idx,
+            None,
+            torch.zeros(3, d, device=device),
+        )
 
 
 @pytest.mark.parametrize("impl", list(IMPLS))
@@ -240,8 +258,15 @@ def test_strided_inputs_and_wide_heads(impl):
 
         state = pages.to(device)
         out = torch.empty(int(qsl[-1]), 2 * d, device=device)[:, :d]
-        scan(wide.to(device)[:, 3 : 3 + 4 * d], rec.to(device), state,
-             qsl.to(device), idx.to(device), has_init.to(device), out)
+        scan(
+            wide.to(device)[:, 3 : 3 + 4 * d],
+            rec.to(device),
+            state,
+            qsl.to(device),
+            idx.to(device),
+            has_init.to(device),
+            out,
+        )
         real_tok = torch.tensor([True] * 3 + [False] + [True] * 4)
         torch.testing.assert_close(
             out.cpu()[real_tok].double(), want_h[real_tok], atol=2e-4, rtol=2e-4
@@ -252,13 +277,22 @@ def test_strided_inputs_and_wide_heads(impl):
 
         dec = gates[:3]
         want_h, want_pages = reference_scan(
-            dec.contiguous(), rec, pages, torch.arange(4, dtype=torch.int32), idx,
+            dec.contiguous(),
+            rec,
+            pages,
+            torch.arange(4, dtype=torch.int32),
+            idx,
             torch.ones(3, dtype=torch.bool),
         )
         state = pages.to(device)
         out = torch.empty(3, d, device=device)
-        update(wide.to(device)[:3, 3 : 3 + 4 * d], rec.to(device), state,
-               idx.to(device), out)
+        update(
+            wide.to(device)[:3, 3 : 3 + 4 * d],
+            rec.to(device),
+            state,
+            idx.to(device),
+            out,
+        )
         torch.testing.assert_close(
             out.cpu()[[0, 2]].double(), want_h[[0, 2]], atol=2e-4, rtol=2e-4
         )
@@ -307,10 +341,10 @@ def test_large_native(impl, mix, num_heads, gate_dtype):
     qsl = torch.tensor([0] + lens, device=device).cumsum(0).int()
     num_tokens = int(qsl[-1])
     gates = (torch.randn(num_tokens, 4 * d, device=device) * 6).to(gate_dtype)
-    idx = torch.tensor([5, 9, NULL, 33, 63, 1, 2, 17], dtype=torch.int32,
-                       device=device)
-    has_init = torch.tensor([True, False, True, True, False, True, True, False],
-                            device=device)
+    idx = torch.tensor([5, 9, NULL, 33, 63, 1, 2, 17], dtype=torch.int32, device=device)
+    has_init = torch.tensor(
+        [True, False, True, True, False, True, True, False], device=device
+    )
     args = (gates, rec, pages, qsl, idx, has_init)
     h64, s64 = _torch_ref(args, num_tokens, d)
     h32, s32 = _torch_ref(args, num_tokens, d, torch.float32)
@@ -338,11 +372,13 @@ def test_large_native(impl, mix, num_heads, gate_dtype):
     out = torch.empty(batch, d, dtype=gate_dtype, device=device)
     update(gates, rec, state, idx, out)
     real = idx != NULL
-    torch.testing.assert_close(out[real].double(), want_h[real], check_dtype=False,
-                               **_tol(gate_dtype))
+    torch.testing.assert_close(
+        out[real].double(), want_h[real], check_dtype=False, **_tol(gate_dtype)
+    )
     assert torch.all(out[~real] == 0)
-    torch.testing.assert_close(state.double(), want_state, atol=2e-4, rtol=2e-4,
-                               equal_nan=True)
+    torch.testing.assert_close(
+        state.double(), want_state, atol=2e-4, rtol=2e-4, equal_nan=True
+    )
 
 
 @pytest.mark.parametrize("impl", _NATIVE)
@@ -375,7 +411,9 @@ def test_decode_cuda_graph(impl, mix, num_heads):
         )
         graph.replay()
         real = idx != NULL
-        torch.testing.assert_close(out[real].double(), want_h[real],
-                                   check_dtype=False, **_tol(torch.bfloat16))
-    torch.testing.assert_close(state.double(), want_state, atol=2e-4, rtol=2e-4,
-                               equal_nan=True)
+        torch.testing.assert_close(
+            out[real].double(), want_h[real], check_dtype=False, **_tol(torch.bfloat16)
+        )
+    torch.testing.assert_close(
+        state.double(), want_state, atol=2e-4, rtol=2e-4, equal_nan=True
+    )

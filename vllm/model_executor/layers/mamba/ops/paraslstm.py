@@ -141,7 +141,11 @@ def _update_head_kernel(
     mask = row_mask[:, None] & e_mask[None, :]
     smask = valid[:, None] & e_mask[None, :]
 
-    g = gates_ptr + rows.to(tl.int64)[:, None] * stride_g_tok + ch[None, :] * stride_g_ch
+    g = (
+        gates_ptr
+        + rows.to(tl.int64)[:, None] * stride_g_tok
+        + ch[None, :] * stride_g_ch
+    )
     z_i = tl.load(g, mask=mask, other=0.0).to(tl.float32)
     z_f = tl.load(g + d * stride_g_ch, mask=mask, other=0.0).to(tl.float32)
     z_z = tl.load(g + 2 * d * stride_g_ch, mask=mask, other=0.0).to(tl.float32)
@@ -356,37 +360,39 @@ def _update_torch(
     idx = state_indices.long()
     valid = idx != null_block_id
     prev = state.index_select(0, idx)
-    new = paraslstm_step(
-        prev.float(), gates.view(-1, 4, d).float(), recurrent.float()
-    )
+    new = paraslstm_step(prev.float(), gates.view(-1, 4, d).float(), recurrent.float())
     new = torch.where(valid.view(-1, 1, 1), new, prev.float())
     state.index_copy_(0, idx, new.to(state.dtype))
     out.copy_(torch.where(valid.unsqueeze(1), new[:, 3], 0.0))
 
 
-def _update_diag_config(batch: int, d: int) -> tuple[int, int]:
-    """``(BLOCK_D, num_warps)`` for the diag decode kernel: one channel per
-    thread in 128-channel programs, single-warp programs when few."""
+def _update_diag_config(batch: int, d: int, elem_size: int) -> tuple[int, int]:
+    """``(BLOCK_D, num_warps)`` for the diag decode kernel.
+
+    Many small programs keep the most loads in flight: 128 channels per
+    program, 1 to 4 channels per thread; single-warp programs when few.
+    """
     block_d = min(128, max(32, triton.next_power_of_2(d)))
-    if batch * triton.cdiv(d, block_d) < 512:
+    programs = batch * triton.cdiv(d, block_d)
+    if programs < 512:
         return block_d, 1
+    if elem_size < 4:
+        return block_d, 1
+    if programs >= 16384:
+        return 2 * block_d, 4
     return block_d, block_d // 32
 
 
-def _scan_diag_config(
-    num_seqs: int, d: int, elem_size: int
-) -> tuple[int, int, int]:
+def _scan_diag_config(num_seqs: int, d: int, elem_size: int) -> tuple[int, int, int]:
     """``(BLOCK_D, num_warps, num_stages)`` for the diag scan kernel.
 
-    Single-warp programs; at least 4 bytes of each gate row per thread so the
-    gate loads can be pipelined (asynchronous copies). Many sequences: 16
-    bytes per thread; few: as many programs as possible, deeper pipeline.
+    Single-warp programs with at least 4 bytes of each gate row per thread,
+    so the gate loads are pipelined as asynchronous copies. Many sequences:
+    128 channels per program; few: as many programs as possible.
     """
-    min_block = 32 * max(1, 4 // elem_size)
-    wide = 32 * (16 // elem_size)
-    if num_seqs * triton.cdiv(d, wide) >= 264:
-        return wide, 1, 4
-    return min_block, 1, 8
+    if num_seqs * triton.cdiv(d, 128) >= 264:
+        return 128, 1, 4 if elem_size >= 4 else 8
+    return 32 * max(1, 4 // elem_size), 1, 8
 
 
 def _strides(
@@ -426,7 +432,10 @@ def paraslstm_update(
         state_indices: ``(B,)`` int32 page of each row; ``null_block_id``
             marks padding rows (state untouched, output row zeroed).
         out: ``(B, d)`` receives ``h``, in its own dtype.
-        block_d, num_warps: optional launch overrides (diag only, tuning).
+        null_block_id: state index that marks padding rows.
+        block_d: channels per program (diag; tuning override).
+        num_warps: warps per program (tuning override).
+
     """
     d = _check_common(gates, recurrent, state, out)
     batch = gates.shape[0]
@@ -438,7 +447,7 @@ def paraslstm_update(
         return
     strides = _strides(gates, state, out)
     if recurrent.dim() == 2:
-        cfg_block, cfg_warps = _update_diag_config(batch, d)
+        cfg_block, cfg_warps = _update_diag_config(batch, d, gates.element_size())
         block_d = block_d or cfg_block
         grid = (batch, triton.cdiv(d, block_d))
         _update_diag_kernel[grid](
@@ -461,8 +470,16 @@ def paraslstm_update(
     if recurrent.shape[2] > _MAX_HEAD_DIM:
         _update_torch(gates, recurrent, state, state_indices, out, null_block_id)
         return
+    programs = triton.cdiv(batch, 16) * recurrent.shape[1]
     _launch_update_head(
-        gates, recurrent, state, state_indices, out, null_block_id, strides,
+        gates,
+        recurrent,
+        state,
+        state_indices,
+        out,
+        null_block_id,
+        strides,
+        block_k=32 if programs < 264 else 16,
         num_warps=num_warps,
     )
 
@@ -535,7 +552,11 @@ def paraslstm_scan(
             marks padding (state untouched, its output rows zeroed).
         has_initial_state: ``(B,)`` bool; False (or None) starts from zeros.
         out: ``(num_tokens, d)`` receives ``h`` for every token.
-        block_d, num_warps, num_stages: optional launch overrides (tuning).
+        null_block_id: state index that marks padding sequences.
+        block_d: channels per program (diag; tuning override).
+        num_warps: warps per program (tuning override).
+        num_stages: gate-load pipeline depth (tuning override).
+
     """
     d = _check_common(gates, recurrent, state, out)
     num_seqs = query_start_loc.shape[0] - 1
@@ -615,6 +636,6 @@ def paraslstm_scan(
         null_block_id,
         HAS_INIT=init is not None,
         BLOCK_H=block_h,
-        NUM_STAGES=num_stages or 2,
+        NUM_STAGES=num_stages or 4,
         num_warps=num_warps or max(1, min(16, block_h * block_h // 1024)),
     )
