@@ -107,7 +107,7 @@ SERIES: tuple[Commit, ...] = (
         patterns=(
             "vllm/model_executor/layers/mamba/ops/**",
             "tests/kernels/**",
-            "benchmarks/**",
+            "benchmarks/kernels/**",
         ),
         edits=("mamba-state-calculators.diff", "buildkite-cpu-kernel-tests.diff"),
     ),
@@ -137,6 +137,7 @@ SERIES: tuple[Commit, ...] = (
             "vllm/model_executor/models/**",
             "tests/models/**",
             "docs/**",
+            "benchmarks/paraslstm/**",
         ),
         edits=(
             "model-registry.diff",
