@@ -66,7 +66,9 @@ def _tol(dtype: torch.dtype) -> dict:
 
 @pytest.mark.parametrize("impl", list(IMPLS))
 @pytest.mark.parametrize(
-    "mix,d,num_heads", [("diag", 37, 1), ("head", 48, 4), ("head", 40, 2)]
+    "mix,d,num_heads",
+    # head_dim 12, 20 and 40 (the last spans two K chunks of the head kernel)
+    [("diag", 37, 1), ("head", 48, 4), ("head", 40, 2), ("head", 80, 2)],
 )
 @pytest.mark.parametrize("gate_dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("scale", [1.0, 12.0])
