@@ -21,7 +21,7 @@ step() { echo; echo "=== [$(date +%H:%M:%S)] $*"; }
 step "environments"
 PY="$(bash tools/paraslstm/setup_vllm_env.sh | tail -n 1)"
 PARASLSTM_REFERENCE_PYTHON="$(bash tools/paraslstm/setup_reference_env.sh | tail -n 1)"
-export PARASLSTM_REFERENCE_PYTHON
+export PARASLSTM_REFERENCE_PYTHON PARASLSTM_REQUIRE_REFERENCE=1
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 export VLLM_CACHE_ROOT="${VLLM_CACHE_ROOT:-$ROOT/.cache/vllm}"
 

@@ -24,6 +24,8 @@ from tests.models.language.generation.paraslstm_utils import (
 from vllm import LLM, SamplingParams, envs
 from vllm.transformers_utils.configs.paraslstm import ParaSLSTMConfig
 
+pytestmark = pytest.mark.hybrid_model
+
 VOCAB = 384
 MAX_NEW_TOKENS = 10
 NUM_LOGPROBS = 5
