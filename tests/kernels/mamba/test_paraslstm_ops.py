@@ -155,6 +155,57 @@ def test_scan_varlen(impl, mix, d, num_heads, gate_dtype, scale):
             )
 
 
+@pytest.mark.skipif("triton" not in IMPLS, reason="needs the Triton ops")
+@pytest.mark.parametrize("head_block_b", [0, 16])
+@pytest.mark.parametrize("d,num_heads", [(24, 3), (80, 2)])
+def test_scan_head_kernels(head_block_b, d, num_heads):
+    """Both head scan kernels: one sequence per program, and sequences
+    batched per program (lengths differ within a block)."""
+    device, scan, _ = IMPLS["triton"]
+    torch.manual_seed(6)
+    lens = [1, 17, 3, 1, 40, 9, 2, 5, 1]
+    num_blocks = 12
+    qsl = torch.tensor([0] + lens).cumsum(0).int()
+    num_tokens = int(qsl[-1])
+    pages = _pages(num_blocks, d)
+    rec = _recurrent("head", d, num_heads, 0.5)
+    gates = (torch.randn(num_tokens, 4 * d) * 8).to(torch.bfloat16)
+    idx = torch.tensor([3, 7, NULL, 1, 11, 5, 2, 4, 6], dtype=torch.int32)
+    has_init = torch.tensor([True, False, True, True, True, False, True, False, True])
+    want_h, want_pages = reference_scan(gates, rec, pages, qsl, idx, has_init, NULL)
+
+    state = pages.to(device)
+    out = torch.full((num_tokens, d), 5.0, dtype=torch.bfloat16, device=device)
+    scan(
+        gates.to(device),
+        rec.to(device),
+        state,
+        qsl.to(device),
+        idx.to(device),
+        has_init.to(device),
+        out,
+        head_block_b=head_block_b,
+    )
+    real_tok = torch.ones(num_tokens, dtype=torch.bool)
+    real_tok[int(qsl[2]) : int(qsl[3])] = False
+    assert torch.all(out.cpu()[~real_tok] == 0)
+    torch.testing.assert_close(
+        out.cpu()[real_tok].double(),
+        want_h[real_tok],
+        check_dtype=False,
+        **_tol(torch.bfloat16),
+    )
+    used = idx[idx != NULL].long()
+    torch.testing.assert_close(
+        state.cpu()[used].double(), want_pages[used], atol=2e-4, rtol=2e-4
+    )
+    unused = torch.ones(num_blocks, dtype=torch.bool)
+    unused[used] = False
+    assert torch.equal(
+        state.cpu()[unused].nan_to_num(9.0), pages[unused].nan_to_num(9.0)
+    )
+
+
 @pytest.mark.parametrize("impl", list(IMPLS))
 @pytest.mark.parametrize("mix", ["diag", "head"])
 def test_long_scan_matches_prefill_then_decode(impl, mix):

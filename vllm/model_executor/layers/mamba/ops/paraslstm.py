@@ -30,6 +30,8 @@ _INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 # Heads wider than this keep their recurrent block out of registers; they
 # take the torch path (see _update_torch).
 _MAX_HEAD_DIM = 128
+# From this many sequences on, the head scan batches sequences per program.
+_HEAD_BATCHED_MIN_SEQS = 8
 
 
 @triton.jit
@@ -346,6 +348,106 @@ def _scan_head_kernel(
     tl.store(s + 3 * stride_s_slot, h.to(sty), mask=smask)
 
 
+@triton.jit
+def _scan_head_batched_kernel(
+    gates_ptr,
+    rec_ptr,
+    state_ptr,
+    qsl_ptr,
+    idx_ptr,
+    init_ptr,
+    out_ptr,
+    num_seqs,
+    d,
+    head_dim,
+    stride_g_tok,
+    stride_g_ch,
+    stride_r_gate,
+    stride_r_head,
+    stride_r_in,
+    stride_r_out,
+    stride_s_blk,
+    stride_s_slot,
+    stride_s_ch,
+    stride_o_tok,
+    stride_o_ch,
+    null_block_id,
+    HAS_INIT: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+    NUM_STAGES: tl.constexpr,
+):
+    """BLOCK_B sequences of one head per program: the per-step recurrent
+    matvecs become one small matrix product per gate."""
+    head = tl.program_id(1)
+    seqs = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
+    seq_mask = seqs < num_seqs
+    starts = tl.load(qsl_ptr + seqs, mask=seq_mask, other=0)
+    lens = tl.load(qsl_ptr + seqs + 1, mask=seq_mask, other=0) - starts
+    lens = tl.where(seq_mask, lens, 0)
+    max_len = tl.max(lens, axis=0)
+    pages = tl.load(idx_ptr + seqs, mask=seq_mask, other=null_block_id)
+    pages = pages.to(tl.int64)
+    valid = seq_mask & (pages != null_block_id)
+    init = valid
+    if HAS_INIT:
+        init = init & (tl.load(init_ptr + seqs, mask=seq_mask, other=0) != 0)
+    e = tl.arange(0, BLOCK_H)
+    e_mask = e < head_dim
+    ch = head * head_dim + e
+    smask = valid[:, None] & e_mask[None, :]
+    lmask = init[:, None] & e_mask[None, :]
+
+    s = state_ptr + pages[:, None] * stride_s_blk + ch[None, :] * stride_s_ch
+    c = tl.load(s, mask=lmask, other=0.0).to(tl.float32)
+    n = tl.load(s + stride_s_slot, mask=lmask, other=0.0).to(tl.float32)
+    m = tl.load(s + 2 * stride_s_slot, mask=lmask, other=0.0).to(tl.float32)
+    h = tl.load(s + 3 * stride_s_slot, mask=lmask, other=0.0).to(tl.float32)
+    r = (
+        rec_ptr
+        + head * stride_r_head
+        + e[:, None] * stride_r_in
+        + e[None, :] * stride_r_out
+    )
+    rmask = e_mask[:, None] & e_mask[None, :]
+    r_i = tl.load(r, mask=rmask, other=0.0).to(tl.float32)
+    r_f = tl.load(r + stride_r_gate, mask=rmask, other=0.0).to(tl.float32)
+    r_z = tl.load(r + 2 * stride_r_gate, mask=rmask, other=0.0).to(tl.float32)
+    r_o = tl.load(r + 3 * stride_r_gate, mask=rmask, other=0.0).to(tl.float32)
+
+    g = gates_ptr + starts.to(tl.int64)[:, None] * stride_g_tok
+    g += ch[None, :] * stride_g_ch
+    o = out_ptr + starts.to(tl.int64)[:, None] * stride_o_tok
+    o += ch[None, :] * stride_o_ch
+    oty = out_ptr.dtype.element_ty
+    for t in tl.range(0, max_len, num_stages=NUM_STAGES):
+        active = (t < lens)[:, None]
+        amask = active & e_mask[None, :]
+        z_i = tl.load(g, mask=amask, other=0.0).to(tl.float32)
+        z_f = tl.load(g + d * stride_g_ch, mask=amask, other=0.0).to(tl.float32)
+        z_z = tl.load(g + 2 * d * stride_g_ch, mask=amask, other=0.0)
+        z_o = tl.load(g + 3 * d * stride_g_ch, mask=amask, other=0.0)
+        z_i = tl.dot(h, r_i, z_i, input_precision=DOT_PRECISION)
+        z_f = tl.dot(h, r_f, z_f, input_precision=DOT_PRECISION)
+        z_z = tl.dot(h, r_z, z_z.to(tl.float32), input_precision=DOT_PRECISION)
+        z_o = tl.dot(h, r_o, z_o.to(tl.float32), input_precision=DOT_PRECISION)
+        c_new, n_new, m_new, h_new = _slstm_cell(z_i, z_f, z_z, z_o, c, n, m)
+        c = tl.where(active, c_new, c)
+        n = tl.where(active, n_new, n)
+        m = tl.where(active, m_new, m)
+        h = tl.where(active, h_new, h)
+        tl.store(o, tl.where(valid[:, None], h_new, 0.0).to(oty), mask=amask)
+        g += stride_g_tok
+        o += stride_o_tok
+
+    sty = state_ptr.dtype.element_ty
+    tl.store(s, c.to(sty), mask=smask)
+    tl.store(s + stride_s_slot, n.to(sty), mask=smask)
+    tl.store(s + 2 * stride_s_slot, m.to(sty), mask=smask)
+    tl.store(s + 3 * stride_s_slot, h.to(sty), mask=smask)
+
+
 def _update_torch(
     gates: torch.Tensor,
     recurrent: torch.Tensor,
@@ -535,6 +637,7 @@ def paraslstm_scan(
     block_d: int | None = None,
     num_warps: int | None = None,
     num_stages: int | None = None,
+    head_block_b: int | None = None,
 ) -> None:
     """Varlen prefill over packed sequences, final state written in place.
 
@@ -556,6 +659,8 @@ def paraslstm_scan(
         block_d: channels per program (diag; tuning override).
         num_warps: warps per program (tuning override).
         num_stages: gate-load pipeline depth (tuning override).
+        head_block_b: sequences per program for ``mix="head"`` (0: one
+            sequence per program; tuning override).
 
     """
     d = _check_common(gates, recurrent, state, out)
@@ -618,6 +723,34 @@ def paraslstm_scan(
         )
         return
     block_h = triton.next_power_of_2(head_dim)
+    if head_block_b is None:
+        batched = num_seqs >= _HEAD_BATCHED_MIN_SEQS and block_h <= 64
+        head_block_b = 16 if batched else 0
+    if head_block_b:
+        _scan_head_batched_kernel[(triton.cdiv(num_seqs, head_block_b), num_heads)](
+            gates,
+            recurrent,
+            state,
+            query_start_loc,
+            state_indices,
+            init_arg,
+            out,
+            num_seqs,
+            d,
+            head_dim,
+            strides[0],
+            strides[1],
+            *recurrent.stride(),
+            *strides[2:],
+            null_block_id,
+            HAS_INIT=init is not None,
+            BLOCK_B=head_block_b,
+            BLOCK_H=max(16, block_h),
+            DOT_PRECISION="ieee" if _INTERPRET else "tf32x3",
+            NUM_STAGES=num_stages or 3,
+            num_warps=num_warps or 8,
+        )
+        return
     grid = (num_seqs, num_heads)
     _scan_head_kernel[grid](
         gates,
