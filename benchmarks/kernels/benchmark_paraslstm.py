@@ -221,6 +221,8 @@ def bench_prefill(batch, seqlen, d, dtype, mix="diag", heads=1, sweep=False):
     rec = _recurrent(mix, d, heads)
     iters = max(2, min(20, int(2e9 // nbytes)))
     configs = [(None, None, None)]
+    if sweep and mix == "head":
+        configs += [(0, None, None), (16, 8, 3), (16, 8, 2), (16, 4, 3), (32, 8, 3)]
     if sweep and mix == "diag":
         configs += [
             (bd, nw, ns)
@@ -242,9 +244,10 @@ def bench_prefill(batch, seqlen, d, dtype, mix="diag", heads=1, sweep=False):
                 idx,
                 has_init,
                 out,
-                block_d=bd,
+                block_d=bd if mix == "diag" else None,
                 num_warps=nw,
                 num_stages=ns,
+                head_block_b=bd if mix == "head" else None,
             )
 
         run()
@@ -273,10 +276,17 @@ def bench_pararnn_newton(batch, seqlen, d):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--sweep", action="store_true")
+    parser.add_argument(
+        "--sweep",
+        choices=["none", "diag", "head", "all"],
+        default="none",
+        help="also time alternative launch configurations",
+    )
     parser.add_argument("--no-peers", action="store_true")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
+    sweep_diag = args.sweep in ("diag", "all")
+    sweep_head = args.sweep in ("head", "all")
     torch.manual_seed(0)
     rows = []
     bw = copy_bandwidth()
@@ -289,7 +299,7 @@ def main():
 
     for d, batch in DECODE_SHAPES:
         for dtype in (torch.float32, torch.bfloat16):
-            nbytes, res = bench_decode(d, batch, dtype, sweep=args.sweep)
+            nbytes, res = bench_decode(d, batch, dtype, sweep=sweep_diag)
             name = "fp32" if dtype == torch.float32 else "bf16"
             for cfg, us in sorted(res.items(), key=lambda kv: kv[1])[:3]:
                 row(
@@ -328,7 +338,7 @@ def main():
         (4096, 1, 64),
     ]:
         nbytes, res = bench_decode(
-            d, batch, torch.float32, "head", heads, sweep=args.sweep
+            d, batch, torch.float32, "head", heads, sweep=sweep_head
         )
         shape = f"d={d} B={batch} fp32 H={heads}"
         for cfg, us in sorted(res.items(), key=lambda kv: kv[1])[:3]:
@@ -338,7 +348,7 @@ def main():
     for batch, seqlen, d in PREFILL_SHAPES:
         shape = f"B={batch} T={seqlen} d={d}"
         for dtype in (torch.float32, torch.bfloat16):
-            nbytes, res = bench_prefill(batch, seqlen, d, dtype, sweep=args.sweep)
+            nbytes, res = bench_prefill(batch, seqlen, d, dtype, sweep=sweep_diag)
             name = "fp32" if dtype == torch.float32 else "bf16"
             for cfg, us in sorted(res.items(), key=lambda kv: kv[1])[:3]:
                 row("prefill", f"{shape} {name}", f"triton diag {cfg}", us, nbytes)
@@ -358,15 +368,19 @@ def main():
                 row("prefill", f"{shape} fp32", "  of which its W_x GEMM", gemm_us, 0)
             except Exception as e:  # noqa: BLE001
                 print("pararnn newton failed:", repr(e))
-    for batch, seqlen, d, heads in [(64, 1024, 2048, 32), (1, 2048, 1024, 16)]:
-        nbytes, res = bench_prefill(batch, seqlen, d, torch.float32, "head", heads)
-        row(
-            "prefill",
-            f"B={batch} T={seqlen} d={d} fp32 H={heads}",
-            "triton head",
-            res["None/None/None"],
-            nbytes,
+    for batch, seqlen, d, heads in [
+        (64, 1024, 2048, 32),
+        (8, 1024, 1024, 16),
+        (1, 2048, 1024, 16),
+        (64, 1024, 2048, 16),
+    ]:
+        nbytes, res = bench_prefill(
+            batch, seqlen, d, torch.float32, "head", heads, sweep=sweep_head
         )
+        shape = f"B={batch} T={seqlen} d={d} fp32 H={heads}"
+        for cfg, us in sorted(res.items(), key=lambda kv: kv[1])[:3]:
+            row("prefill", shape, f"triton head {cfg}", us, nbytes)
+        row("prefill", shape, "triton head default", res["None/None/None"], nbytes)
 
     if args.json:
         with open(args.json, "w") as f:
