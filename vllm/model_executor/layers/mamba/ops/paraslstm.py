@@ -14,6 +14,7 @@ The decode kernels do no host synchronization and no allocation, and their
 grid depends only on tensor shapes, so they can be captured in CUDA graphs.
 """
 
+import functools
 import os
 
 import torch
@@ -30,8 +31,24 @@ _INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 # Heads wider than this keep their recurrent block out of registers; they
 # take the torch path (see _update_torch).
 _MAX_HEAD_DIM = 128
-# From this many sequences on, the head scan batches sequences per program.
-_HEAD_BATCHED_MIN_SEQS = 8
+# The head scan batches sequences per program from this many
+# (sequence, head) pairs on; below it one sequence per program is faster.
+_HEAD_BATCHED_MIN_PAIRS = 384
+# Decode kernels use programmatic dependent launch on sm_90+: their launch
+# overlaps the previous kernel's tail; they wait for it before any load.
+_PDL_ENABLED = True
+
+
+@functools.cache
+def _pdl_supported(device_index: int) -> bool:
+    return torch.cuda.get_device_capability(device_index)[0] >= 9
+
+
+def _use_pdl(device: torch.device) -> bool:
+    if _INTERPRET or not _PDL_ENABLED or device.type != "cuda":
+        return False
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return _pdl_supported(index)
 
 
 @triton.jit
@@ -67,7 +84,10 @@ def _update_diag_kernel(
     stride_o_ch,
     null_block_id,
     BLOCK_D: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
+    if USE_PDL:
+        tl.extra.cuda.gdc_wait()
     row = tl.program_id(0)
     offs = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
     mask = offs < d
@@ -130,7 +150,10 @@ def _update_head_kernel(
     BLOCK_H: tl.constexpr,
     BLOCK_K: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
+    if USE_PDL:
+        tl.extra.cuda.gdc_wait()
     head = tl.program_id(1)
     rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
     row_mask = rows < batch
@@ -566,7 +589,9 @@ def paraslstm_update(
             *strides[2:],
             null_block_id,
             BLOCK_D=block_d,
+            USE_PDL=_use_pdl(gates.device),
             num_warps=num_warps or cfg_warps,
+            launch_pdl=_use_pdl(gates.device),
         )
         return
     if recurrent.shape[2] > _MAX_HEAD_DIM:
@@ -620,7 +645,9 @@ def _launch_update_head(
         BLOCK_H=block_h,
         BLOCK_K=min(block_k, block_h),
         DOT_PRECISION="ieee" if _INTERPRET else "tf32x3",
+        USE_PDL=_use_pdl(gates.device),
         num_warps=num_warps or 4,
+        launch_pdl=_use_pdl(gates.device),
     )
 
 
@@ -724,8 +751,10 @@ def paraslstm_scan(
         return
     block_h = triton.next_power_of_2(head_dim)
     if head_block_b is None:
-        batched = num_seqs >= _HEAD_BATCHED_MIN_SEQS and block_h <= 64
+        batched = num_seqs * num_heads >= _HEAD_BATCHED_MIN_PAIRS
         head_block_b = 16 if batched else 0
+    if block_h > 64:
+        head_block_b = 0
     if head_block_b:
         _scan_head_batched_kernel[(triton.cdiv(num_seqs, head_block_b), num_heads)](
             gates,
