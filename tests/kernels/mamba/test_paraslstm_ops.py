@@ -109,7 +109,7 @@ def test_update(impl, mix, d, num_heads, gate_dtype, scale):
 @pytest.mark.parametrize("impl", list(IMPLS))
 @pytest.mark.parametrize("mix,d,num_heads", [("diag", 33, 1), ("head", 24, 3)])
 @pytest.mark.parametrize("gate_dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("scale", [1.0, 10.0, 40.0])
+@pytest.mark.parametrize("scale", [1.0, 40.0])
 def test_scan_varlen(impl, mix, d, num_heads, gate_dtype, scale):
     device, scan, _ = IMPLS[impl]
     torch.manual_seed(1)
@@ -157,10 +157,11 @@ def test_scan_varlen(impl, mix, d, num_heads, gate_dtype, scale):
 
 @pytest.mark.skipif("triton" not in IMPLS, reason="needs the Triton ops")
 @pytest.mark.parametrize("head_block_b", [0, 16])
-@pytest.mark.parametrize("d,num_heads", [(24, 3), (80, 2)])
+@pytest.mark.parametrize("d,num_heads", [(24, 3), (80, 2), (200, 2)])
 def test_scan_head_kernels(head_block_b, d, num_heads):
-    """Both head scan kernels: one sequence per program, and sequences
-    batched per program (lengths differ within a block)."""
+    """The head scan kernels: one sequence per program, and sequences
+    batched per program (lengths differ within a block), with the head's
+    recurrent block on chip (head_dim <= 64) or streamed (head_dim 100)."""
     device, scan, _ = IMPLS["triton"]
     torch.manual_seed(6)
     lens = [1, 17, 3, 1, 40, 9, 2, 5, 1]

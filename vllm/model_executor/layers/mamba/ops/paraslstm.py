@@ -471,6 +471,123 @@ def _scan_head_batched_kernel(
     tl.store(s + 3 * stride_s_slot, h.to(sty), mask=smask)
 
 
+@triton.jit
+def _scan_head_wide_kernel(
+    gates_ptr,
+    rec_ptr,
+    state_ptr,
+    qsl_ptr,
+    idx_ptr,
+    init_ptr,
+    out_ptr,
+    num_seqs,
+    d,
+    head_dim,
+    stride_g_tok,
+    stride_g_ch,
+    stride_r_gate,
+    stride_r_head,
+    stride_r_in,
+    stride_r_out,
+    stride_s_blk,
+    stride_s_slot,
+    stride_s_ch,
+    stride_o_tok,
+    stride_o_ch,
+    null_block_id,
+    HAS_INIT: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+    BLOCK_H: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+):
+    """Like ``_scan_head_batched_kernel`` for heads whose ``R`` blocks do not
+    fit on chip: each step publishes ``h`` to its page and the matvecs run
+    K-chunked, streaming ``R`` from L2."""
+    head = tl.program_id(1)
+    seqs = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
+    seq_mask = seqs < num_seqs
+    starts = tl.load(qsl_ptr + seqs, mask=seq_mask, other=0)
+    lens = tl.load(qsl_ptr + seqs + 1, mask=seq_mask, other=0) - starts
+    lens = tl.where(seq_mask, lens, 0)
+    max_len = tl.max(lens, axis=0)
+    pages = tl.load(idx_ptr + seqs, mask=seq_mask, other=null_block_id)
+    pages = pages.to(tl.int64)
+    valid = seq_mask & (pages != null_block_id)
+    init = valid
+    if HAS_INIT:
+        init = init & (tl.load(init_ptr + seqs, mask=seq_mask, other=0) != 0)
+    e = tl.arange(0, BLOCK_H)
+    e_mask = e < head_dim
+    ch = head * head_dim + e
+    smask = valid[:, None] & e_mask[None, :]
+    lmask = init[:, None] & e_mask[None, :]
+
+    s = state_ptr + pages[:, None] * stride_s_blk + ch[None, :] * stride_s_ch
+    c = tl.load(s, mask=lmask, other=0.0).to(tl.float32)
+    n = tl.load(s + stride_s_slot, mask=lmask, other=0.0).to(tl.float32)
+    m = tl.load(s + 2 * stride_s_slot, mask=lmask, other=0.0).to(tl.float32)
+    h = tl.load(s + 3 * stride_s_slot, mask=lmask, other=0.0).to(tl.float32)
+    k = tl.arange(0, BLOCK_K)
+    h_base = state_ptr + pages[:, None] * stride_s_blk + 3 * stride_s_slot
+    h_base += (head * head_dim + k[None, :]) * stride_s_ch
+    r_base = (
+        rec_ptr
+        + head * stride_r_head
+        + k[:, None] * stride_r_in
+        + e[None, :] * stride_r_out
+    )
+
+    g = gates_ptr + starts.to(tl.int64)[:, None] * stride_g_tok
+    g += ch[None, :] * stride_g_ch
+    o = out_ptr + starts.to(tl.int64)[:, None] * stride_o_tok
+    o += ch[None, :] * stride_o_ch
+    oty = out_ptr.dtype.element_ty
+    sty = state_ptr.dtype.element_ty
+    for t in range(0, max_len):
+        active = (t < lens)[:, None]
+        amask = active & e_mask[None, :]
+        z_i = tl.load(g, mask=amask, other=0.0).to(tl.float32)
+        z_f = tl.load(g + d * stride_g_ch, mask=amask, other=0.0).to(tl.float32)
+        z_z = tl.load(g + 2 * d * stride_g_ch, mask=amask, other=0.0)
+        z_o = tl.load(g + 3 * d * stride_g_ch, mask=amask, other=0.0)
+        z_z = z_z.to(tl.float32)
+        z_o = z_o.to(tl.float32)
+        tl.store(s + 3 * stride_s_slot, h.to(sty), mask=smask)
+        tl.debug_barrier()
+        h_ptr = h_base
+        r_ptr = r_base
+        for k0 in range(0, head_dim, BLOCK_K):
+            k_mask = (k0 + k) < head_dim
+            h_k = tl.load(h_ptr, mask=valid[:, None] & k_mask[None, :], other=0.0)
+            h_k = h_k.to(tl.float32)
+            rmask = k_mask[:, None] & e_mask[None, :]
+            r_i = tl.load(r_ptr, mask=rmask, other=0.0).to(tl.float32)
+            r_f = tl.load(r_ptr + stride_r_gate, mask=rmask, other=0.0)
+            r_z = tl.load(r_ptr + 2 * stride_r_gate, mask=rmask, other=0.0)
+            r_o = tl.load(r_ptr + 3 * stride_r_gate, mask=rmask, other=0.0)
+            z_i = tl.dot(h_k, r_i, z_i, input_precision=DOT_PRECISION)
+            z_f = tl.dot(h_k, r_f.to(tl.float32), z_f, input_precision=DOT_PRECISION)
+            z_z = tl.dot(h_k, r_z.to(tl.float32), z_z, input_precision=DOT_PRECISION)
+            z_o = tl.dot(h_k, r_o.to(tl.float32), z_o, input_precision=DOT_PRECISION)
+            h_ptr += BLOCK_K * stride_s_ch
+            r_ptr += BLOCK_K * stride_r_in
+        tl.debug_barrier()
+        c_new, n_new, m_new, h_new = _slstm_cell(z_i, z_f, z_z, z_o, c, n, m)
+        c = tl.where(active, c_new, c)
+        n = tl.where(active, n_new, n)
+        m = tl.where(active, m_new, m)
+        h = tl.where(active, h_new, h)
+        tl.store(o, tl.where(valid[:, None], h_new, 0.0).to(oty), mask=amask)
+        g += stride_g_tok
+        o += stride_o_tok
+
+    tl.store(s, c.to(sty), mask=smask)
+    tl.store(s + stride_s_slot, n.to(sty), mask=smask)
+    tl.store(s + 2 * stride_s_slot, m.to(sty), mask=smask)
+    tl.store(s + 3 * stride_s_slot, h.to(sty), mask=smask)
+
+
 def _update_torch(
     gates: torch.Tensor,
     recurrent: torch.Tensor,
@@ -752,9 +869,32 @@ def paraslstm_scan(
     block_h = triton.next_power_of_2(head_dim)
     if head_block_b is None:
         batched = num_seqs * num_heads >= _HEAD_BATCHED_MIN_PAIRS
-        head_block_b = 16 if batched else 0
-    if block_h > 64:
-        head_block_b = 0
+        head_block_b = 16 if batched or block_h > 64 else 0
+    if head_block_b and block_h > 64:
+        _scan_head_wide_kernel[(triton.cdiv(num_seqs, head_block_b), num_heads)](
+            gates,
+            recurrent,
+            state,
+            query_start_loc,
+            state_indices,
+            init_arg,
+            out,
+            num_seqs,
+            d,
+            head_dim,
+            strides[0],
+            strides[1],
+            *recurrent.stride(),
+            *strides[2:],
+            null_block_id,
+            HAS_INIT=init is not None,
+            BLOCK_B=head_block_b,
+            BLOCK_H=block_h,
+            BLOCK_K=16,
+            DOT_PRECISION="ieee" if _INTERPRET else "tf32x3",
+            num_warps=num_warps or 8,
+        )
+        return
     if head_block_b:
         _scan_head_batched_kernel[(triton.cdiv(num_seqs, head_block_b), num_heads)](
             gates,
