@@ -10,6 +10,7 @@ import torch
 from tests.kernels.mamba.paraslstm_reference import reference_scan
 from vllm.model_executor.layers.mamba.ops.cpu.paraslstm import (
     paraslstm_scan_cpu,
+    paraslstm_step,
     paraslstm_update_cpu,
 )
 from vllm.triton_utils import HAS_TRITON
@@ -353,14 +354,30 @@ def test_strided_inputs_and_wide_heads(impl):
 
 
 def _torch_ref(scan_args: tuple, num_tokens: int, d: int, dtype=torch.float64):
-    """The torch ops on the same device as a fast reference (float64 by
-    default; float32 gives the error budget of honest fp32 arithmetic)."""
+    """Vectorized torch reference on the arguments' device, float64 by
+    default; float32 gives the error budget of honest fp32 arithmetic."""
     gates, rec, state, qsl, idx, has_init = scan_args
     state_ref = state.to(dtype, copy=True)
-    out_ref = torch.empty(num_tokens, d, dtype=dtype, device=gates.device)
-    paraslstm_scan_cpu(
-        gates.to(dtype), rec.to(dtype), state_ref, qsl, idx, has_init, out_ref
-    )
+    starts = qsl[:-1].long()
+    lens = qsl[1:].long() - starts
+    pages = idx.long()
+    valid = pages != NULL
+    carry = state_ref.index_select(0, torch.where(valid, pages, 0))
+    if has_init is None:
+        carry.zero_()
+    else:
+        carry = torch.where(has_init.view(-1, 1, 1), carry, 0.0)
+    gates3 = gates.view(-1, 4, d).to(dtype)
+    out_ref = torch.zeros(num_tokens, d, dtype=dtype, device=gates.device)
+    for t in range(int(lens.max())):
+        active = lens > t
+        tok = torch.where(active, starts + t, 0)
+        new = paraslstm_step(carry, gates3.index_select(0, tok), rec.to(dtype))
+        carry = torch.where(active.view(-1, 1, 1), new, carry)
+        rows = (active & valid).nonzero().squeeze(1)
+        out_ref.index_copy_(0, tok[rows], new[rows, 3])
+    rows = valid.nonzero().squeeze(1)
+    state_ref.index_copy_(0, pages[rows], carry[rows])
     return out_ref, state_ref
 
 

@@ -21,7 +21,6 @@ import torch
 
 from vllm.model_executor.layers.mamba.ops.cpu.paraslstm import (
     _check_common,
-    paraslstm_scan_cpu,
     paraslstm_step,
 )
 from vllm.triton_utils import tl, triton
@@ -608,6 +607,43 @@ def _update_torch(
     out.copy_(torch.where(valid.unsqueeze(1), new[:, 3], 0.0))
 
 
+def _scan_torch(
+    gates: torch.Tensor,
+    recurrent: torch.Tensor,
+    state: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    state_indices: torch.Tensor,
+    has_initial_state: torch.Tensor | None,
+    out: torch.Tensor,
+    null_block_id: int,
+) -> None:
+    """Varlen scan in torch ops on any device (one step of all sequences at
+    a time), for heads too wide for the kernels."""
+    d = state.shape[-1]
+    starts = query_start_loc[:-1].long()
+    lens = query_start_loc[1:].long() - starts
+    idx = state_indices.long()
+    valid = idx != null_block_id
+    carry = state.index_select(0, torch.where(valid, idx, 0)).float()
+    if has_initial_state is None:
+        carry.zero_()
+    else:
+        carry = torch.where(has_initial_state.view(-1, 1, 1), carry, 0.0)
+    rec = recurrent.float()
+    gates3 = gates.view(-1, 4, d)
+    h_out = torch.zeros(out.shape, dtype=torch.float32, device=out.device)
+    for t in range(int(lens.max())):
+        active = lens > t
+        tok = torch.where(active, starts + t, 0)
+        new = paraslstm_step(carry, gates3.index_select(0, tok).float(), rec)
+        carry = torch.where(active.view(-1, 1, 1), new, carry)
+        rows = (active & valid).nonzero().squeeze(1)
+        h_out.index_copy_(0, tok[rows], new[rows, 3])
+    rows = valid.nonzero().squeeze(1)
+    state.index_copy_(0, idx[rows], carry[rows].to(state.dtype))
+    out.copy_(h_out)
+
+
 def _update_diag_config(batch: int, d: int, elem_size: int) -> tuple[int, int]:
     """``(BLOCK_D, num_warps)`` for the diag decode kernel.
 
@@ -855,7 +891,7 @@ def paraslstm_scan(
         return
     num_heads, head_dim = recurrent.shape[1], recurrent.shape[2]
     if head_dim > _MAX_HEAD_DIM:
-        paraslstm_scan_cpu(
+        _scan_torch(
             gates,
             recurrent,
             state,
