@@ -37,7 +37,7 @@ pytestmark = pytest.mark.hybrid_model
 
 DEMO = Path("examples") / "paraslstm-tiny"
 VOCAB = 512  # the demo tokenizer's and checkpoint's vocab_size
-MAX_MODEL_LEN = 16384
+MAX_MODEL_LEN = 1 << 16
 MAX_NUM_SEQS = 64
 # 128 blocks (state slots) for the demo's 2 layers x (4, 64) float32 states.
 KV_CACHE_BYTES = 2 * 4 * 64 * 4 * 128
@@ -59,7 +59,10 @@ import sys
 from vllm.platforms import current_platform
 
 if __name__ == "__main__":
+    import vllm
+
     assert current_platform is not None
+    print(f"[paraslstm-test] vllm from {vllm.__file__}", flush=True)
     try:
         md.version("vllm")
     except md.PackageNotFoundError:
@@ -280,7 +283,14 @@ def offline(demo, _server_proc) -> dict[str, list]:
 
 @pytest.fixture(scope="module")
 def server(_server_proc, offline) -> _Server:
+    import vllm
+
     _server_proc.wait_healthy(STARTUP_TIMEOUT_S)
+    # The server runs the vLLM this process imports (e.g. a patched source
+    # tree on PYTHONPATH, not the installed wheel).
+    log = _server_proc.log_path.read_text(errors="replace")
+    m = re.search(r"^\[paraslstm-test\] vllm from (.*)$", log, re.M)
+    assert m and m.group(1) == vllm.__file__, (m and m.group(1), vllm.__file__)
     return _server_proc
 
 
@@ -433,10 +443,10 @@ def test_disconnects_and_aborts_free_their_slots(server, one_by_one):
     client = server.client()
     assert _wait_slots(server, 0) == 0
     generated_before = server.metrics()["generation_tokens_total"]
-    # Long generations (stopped long before MAX_MODEL_LEN) so that all are
-    # live at once: 3 completion streams and 1 chat stream that the client
-    # drops, 3 completion streams aborted through the server.
-    long = {"temperature": 0.0, "max_tokens": MAX_MODEL_LEN - 64}
+    # Generations far longer than the test (32k tokens each), all live at
+    # once: 3 completion streams and 1 chat stream that the client drops,
+    # 3 completion streams aborted through the server.
+    long = {"temperature": 0.0, "max_tokens": MAX_MODEL_LEN // 2}
     streams, rids = [], []
     for i in range(7):
         rid = f"paraslstm-abort-{os.getpid()}-{i}"
