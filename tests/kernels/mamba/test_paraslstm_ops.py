@@ -386,10 +386,10 @@ def _rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
     return float((x - ref).norm() / ref.norm())
 
 
-def _assert_like_fp32(x, ref64, ref32, floor: float):
+def _assert_like_fp32(x, ref64, ref32, floor: float, factor: float = 4.0):
     """Error vs float64 no worse than a few times float32 torch's own."""
     err, budget = _rel_err(x, ref64), _rel_err(ref32, ref64)
-    assert err <= 4 * budget + floor, (err, budget)
+    assert err <= factor * budget + floor, (err, budget)
 
 
 @pytest.mark.parametrize("impl", _NATIVE)
@@ -406,6 +406,8 @@ def test_large_native(impl, mix, num_heads, gate_dtype):
     torch.manual_seed(4)
     d, num_blocks = 1024, 64
     floor = 1e-6 if gate_dtype == torch.float32 else 4e-3
+    # channels mixing inside a head amplify rounding differences over time
+    factor = 4.0 if mix == "diag" else 8.0
     rec = _recurrent(mix, d, num_heads, 0.5).to(device)
     pages = _pages(num_blocks, d).to(device)
     lens = [1, 1500, 37, 513, 1, 64, 2, 300]
@@ -424,15 +426,15 @@ def test_large_native(impl, mix, num_heads, gate_dtype):
         state = pages.clone()
         out = torch.full((num_tokens, d), 3.0, dtype=gate_dtype, device=device)
         scan(gates, rec, state, qsl, idx, has_init, out, head_block_b=16)
-        _assert_like_fp32(out, h64, h32, floor)
+        _assert_like_fp32(out, h64, h32, floor, factor)
         used = idx[idx != NULL].long()
-        _assert_like_fp32(state[used], s64[used], s32[used], 1e-6)
+        _assert_like_fp32(state[used], s64[used], s32[used], 1e-6, factor)
     state = pages.clone()
     out = torch.full((num_tokens, d), 3.0, dtype=gate_dtype, device=device)
     scan(gates, rec, state, qsl, idx, has_init, out)
-    _assert_like_fp32(out, h64, h32, floor)
+    _assert_like_fp32(out, h64, h32, floor, factor)
     used = idx[idx != NULL].long()
-    _assert_like_fp32(state[used], s64[used], s32[used], 1e-6)
+    _assert_like_fp32(state[used], s64[used], s32[used], 1e-6, factor)
     pad = slice(int(qsl[2]), int(qsl[3]))
     assert torch.all(out[pad] == 0)
     unused = torch.ones(num_blocks, dtype=torch.bool, device=device)
