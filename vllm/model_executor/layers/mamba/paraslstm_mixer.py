@@ -158,10 +158,10 @@ class ParaSLSTMMixer(MambaBase, PluggableLayer):
             )
         else:
             from vllm.model_executor.layers.mamba.ops.paraslstm import (
-                paraslstm_scan as scan,
-            )
-            from vllm.model_executor.layers.mamba.ops.paraslstm import (
                 paraslstm_update as update,
+            )
+            from vllm.model_executor.layers.mamba.ops.paraslstm_newton import (
+                paraslstm_prefill as scan,
             )
 
         state = self.kv_cache[0]

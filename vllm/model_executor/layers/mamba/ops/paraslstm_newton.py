@@ -554,11 +554,11 @@ def paraslstm_prefill(
 ) -> None:
     """Varlen prefill: the sequential kernel or Newton, chosen by shape."""
     num_seqs = query_start_loc.shape[0] - 1
-    fn = (
-        paraslstm_newton
-        if use_newton(gates.shape[0], num_seqs, out.shape[1], recurrent.dim() == 2)
-        else paraslstm_scan
-    )
+    # Newton synchronizes with the host once: never inside a graph capture.
+    newton = use_newton(
+        gates.shape[0], num_seqs, out.shape[1], recurrent.dim() == 2
+    ) and not (gates.is_cuda and torch.cuda.is_current_stream_capturing())
+    fn = paraslstm_newton if newton else paraslstm_scan
     fn(
         gates,
         recurrent,
