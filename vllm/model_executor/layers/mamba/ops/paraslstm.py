@@ -8,7 +8,8 @@ clamped recurrent weights ``(4, d)`` (``mix="diag"``) or ``(4, H, d/H, d/H)``
 (``mix="head"``), state pages ``(num_blocks, 4, d)`` with slots
 ``(c, n, m, h)`` updated in place, arithmetic in float32. Rows whose state
 index equals ``null_block_id`` are padding: their page is neither read nor
-written and their output rows are set to zero.
+written and their output rows are set to zero (the torch fallback for heads
+wider than 128 rewrites the null page with its own values).
 
 The decode kernels do no host synchronization and no allocation, and their
 grid depends only on tensor shapes, so they can be captured in CUDA graphs.
@@ -27,8 +28,7 @@ from vllm.triton_utils import tl, triton
 from vllm.v1.attention.backends.utils import NULL_BLOCK_ID
 
 _INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
-# Heads wider than this keep their recurrent block out of registers; they
-# take the torch path (see _update_torch).
+# Heads wider than this take the torch ops (_update_torch, _scan_torch).
 _MAX_HEAD_DIM = 128
 # The head scan batches sequences per program from this many
 # (sequence, head) pairs on; below it one sequence per program is faster.
