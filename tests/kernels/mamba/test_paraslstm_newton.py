@@ -32,7 +32,7 @@ from vllm.model_executor.layers.mamba.ops.paraslstm import (  # noqa: E402
 
 DEVICE = "cuda" if _CUDA else "cpu"
 # Windows of the interpreter runs: small, so that they stay fast.
-CHUNK = None if _CUDA else 32
+CHUNK = None if _CUDA else 16
 # The target: every Newton output within this of the sequential kernel.
 SEQ_TOL = 1e-5
 
@@ -101,7 +101,7 @@ def test_newton_varlen(gate_dtype, scale):
     padding sequence: Newton matches the float64 reference and the
     sequential kernel."""
     torch.manual_seed(11)
-    d = 4 if _INTERPRET else 64
+    d = 2 if _INTERPRET else 64
     lens = [1, 37, 3, 0, 40, 9] if _INTERPRET else [1, 700, 3, 0, 1300, 64]
     gates, rec, qsl = _batch(lens, d, scale, gate_dtype=gate_dtype)
     pages = _pages(8, d)
@@ -143,7 +143,7 @@ def test_newton_adversarial(case):
     converged or fallen back; also close to float64."""
     torch.manual_seed(12)
     scale, bias, kind = ADVERSARIAL[case]
-    d = 4 if _INTERPRET else 256
+    d = 2 if _INTERPRET else 256
     lens = [64, 7] if _INTERPRET else [4000, 17, 900]
     gates, rec, qsl = _batch(lens, d, scale, bias, kind)
     pages = _pages(len(lens) + 2, d)
@@ -182,7 +182,7 @@ def test_fallback_forced():
     """An iteration cap of 1 with no window shrinking: every sequence falls
     back and the result is the sequential kernel's, bit for bit."""
     torch.manual_seed(13)
-    d = 4 if _INTERPRET else 128
+    d = 2 if _INTERPRET else 128
     lens = [40, 5, 33] if _INTERPRET else [3000, 5, 333]
     gates, rec, qsl = _batch(lens, d, 3.0, rec="clamp")
     pages = _pages(5, d)
