@@ -79,6 +79,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=0,
         help="held-out tokens for periodic evals (0: all)",
     )
+    ap.add_argument(
+        "--final-eval-tokens",
+        type=int,
+        default=0,
+        help="held-out tokens for the final (sequential) eval (0: all)",
+    )
     ap.add_argument("--eval-len", type=int, default=512)
     ap.add_argument("--save-dtype", choices=("bfloat16", "float16"), default="bfloat16")
     ap.add_argument("--device", default="auto")
@@ -336,7 +342,7 @@ def main(argv: list[str] | None = None) -> None:
             }
             state["log"].append(rec)
             log(json.dumps(rec))
-        if step % args.eval_every == 0 or step == args.steps:
+        if step % args.eval_every == 0 and step < args.steps:
             ev = evaluate(model, held_tokens, args, device, args.eval_tokens)
             state["log"].append({"step": step, "eval": ev})
             log(f"eval step {step}: {json.dumps(ev)}")
@@ -352,7 +358,9 @@ def main(argv: list[str] | None = None) -> None:
             sample(model, args.data, device)
             return
 
-    final = evaluate(model, held_tokens, args, device, 0, solver="sequential")
+    final = evaluate(
+        model, held_tokens, args, device, args.final_eval_tokens, solver="sequential"
+    )
     state["heldout_final"] = final
     state["parameters"] = n_params
     save_state(args.run_dir, model, opt, state)

@@ -188,7 +188,8 @@ def main() -> None:
     (out / "tokenizer_config.json").write_text(
         json.dumps(tokenizer_config(), indent=2) + "\n"
     )
-    (out / "heldout_sample.txt").write_text("".join(held_docs[:SAMPLE_CHAPTERS]))
+    # chapters separated by a blank line
+    (out / "heldout_sample.txt").write_text("\n".join(held_docs[:SAMPLE_CHAPTERS]))
     train_ids.tofile(out / "train.bin")
     held_ids.tofile(out / "heldout.bin")
     meta = {
