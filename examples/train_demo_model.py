@@ -60,7 +60,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--mlp-ratio", type=float, default=2.0)
     ap.add_argument("--max-recurrent-norm", type=float, default=0.5)
     # optimisation
-    ap.add_argument("--steps", type=int, default=1500, help="total steps")
+    ap.add_argument(
+        "--steps",
+        type=int,
+        default=0,
+        help="total steps; 0: chosen after --probe-steps steps (still in warmup, "
+        "so the choice changes no earlier step) to fill --auto-minutes of "
+        "training, within [--auto-min-steps, --auto-max-steps], then fixed "
+        "for the run (saved, reused on resume, recorded in training_info.json)",
+    )
+    ap.add_argument("--auto-minutes", type=float, default=14.0)
+    ap.add_argument("--auto-min-steps", type=int, default=300)
+    ap.add_argument("--auto-max-steps", type=int, default=3000)
+    ap.add_argument("--probe-steps", type=int, default=30)
     ap.add_argument("--batch-size", type=int, default=32)
     ap.add_argument("--seq-len", type=int, default=256)
     ap.add_argument("--lr", type=float, default=3e-3)
@@ -270,6 +282,11 @@ def _check_same_run(saved: dict, args: argparse.Namespace) -> None:
         )
 
 
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     if args.threads:
@@ -303,7 +320,15 @@ def main(argv: list[str] | None = None) -> None:
         )
         opt.load_state_dict(torch.load(args.run_dir / "optim.pt", map_location=device))
         log(f"resumed at step {state['step']} from {args.run_dir}")
-        _check_same_run(state.get("args") or {}, args)
+        saved = state.get("args") or {}
+        if args.steps == 0:
+            args.steps = int(saved.get("steps") or 0)
+            if args.steps == 0 and int(state["step"]) > 0:
+                raise SystemExit(
+                    "train: the saved run stopped before --steps was chosen; "
+                    "pass --steps N explicitly"
+                )
+        _check_same_run(saved, args)
     state["args"] = {
         k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()
     }
@@ -318,7 +343,24 @@ def main(argv: list[str] | None = None) -> None:
     t_seg = time.monotonic()
     seg_tokens = 0
     step = int(state["step"])
-    while step < args.steps:
+    if args.steps == 0 and args.warmup <= args.probe_steps:
+        raise SystemExit("train: --steps 0 needs --warmup > --probe-steps")
+    t_probe = None
+    while args.steps == 0 or step < args.steps:
+        if args.steps == 0 and step == 5:
+            _sync(device)
+            t_probe = time.monotonic()
+        if args.steps == 0 and step == args.probe_steps:
+            _sync(device)
+            per_step = (time.monotonic() - t_probe) / (args.probe_steps - 5)
+            want = int(60.0 * args.auto_minutes / per_step)
+            args.steps = max(args.auto_min_steps, min(args.auto_max_steps, want))
+            state["args"]["steps"] = args.steps
+            state["steps_auto"] = {"sec_per_step": per_step, "wanted": want}
+            log(
+                f"{per_step * 1e3:.1f} ms/step -> --steps {args.steps} "
+                f"(wanted {want} for {args.auto_minutes} min)"
+            )
         lr = lr_at(step, args)
         for group in opt.param_groups:
             group["lr"] = lr
@@ -353,7 +395,7 @@ def main(argv: list[str] | None = None) -> None:
         stop = now >= deadline
         if step % args.save_every == 0 or stop or step == args.steps:
             save_state(args.run_dir, model, opt, state)
-        if stop and step < args.steps:
+        if stop and (args.steps == 0 or step < args.steps):
             log(f"time budget reached at step {step}/{args.steps}; state saved")
             sample(model, args.data, device)
             return
