@@ -136,8 +136,6 @@ class _Server:
             *("--max-model-len", str(MAX_MODEL_LEN)),
             *("--max-num-seqs", str(MAX_NUM_SEQS)),
             *("--kv-cache-memory-bytes", str(KV_CACHE_BYTES)),
-            # The worker in the engine-core process: one spawn less to start.
-            *("--distributed-executor-backend", "uni"),
             # For /inference/v1/abort_requests (explicit aborts).
             "--enable-scale-out",
         ]
@@ -443,10 +441,16 @@ def test_disconnects_and_aborts_free_their_slots(server, one_by_one):
     client = server.client()
     assert _wait_slots(server, 0) == 0
     generated_before = server.metrics()["generation_tokens_total"]
-    # Generations far longer than the test (32k tokens each), all live at
-    # once: 3 completion streams and 1 chat stream that the client drops,
-    # 3 completion streams aborted through the server.
+    # Generations far longer than the test (32k tokens each): one request
+    # that the client times out on, then, all live at once, 3 completion
+    # streams and 1 chat stream that the client drops and 3 completion
+    # streams aborted through the server.
     long = {"temperature": 0.0, "max_tokens": MAX_MODEL_LEN // 2}
+    # A non-streaming request whose client gives up (times out) first.
+    with pytest.raises(openai.APITimeoutError):
+        client.with_options(timeout=1.0).completions.create(
+            model=server.model, prompt=PROMPTS[9], extra_body=EXTRA, **long
+        )
     streams, rids = [], []
     for i in range(7):
         rid = f"paraslstm-abort-{os.getpid()}-{i}"
@@ -493,11 +497,11 @@ def test_disconnects_and_aborts_free_their_slots(server, one_by_one):
     assert used == 0, f"{used} state slots still in use after disconnects/aborts"
     metrics = server.metrics()
     assert metrics["num_requests_running"] == 0
-    # All 7 together generated fewer tokens than one of them would have had it
-    # not been stopped: the server stopped the dropped streams too.
+    # All 8 together generated fewer tokens than one of them would have had it
+    # not been stopped: the server stopped the dropped requests too.
     generated = metrics["generation_tokens_total"] - generated_before
     assert generated < long["max_tokens"], generated
-    print(f"7 streams stopped after {generated:.0f} tokens in all")
+    print(f"8 requests stopped after {generated:.0f} tokens in all")
     # Later requests are unaffected.
     for i in (0, 5, 17):
         assert _complete(client, server.model, PROMPTS[i]) == one_by_one[i]
