@@ -3,7 +3,9 @@
 """Generate text with ParaSLSTM in vLLM.
 
 Usage: python examples/paraslstm_generate.py [--model DIR] [--max-tokens N]
-The default model is the embedded demo checkpoint `examples/paraslstm-tiny`.
+The default model is the embedded demo checkpoint `examples/paraslstm-kjv`: a
+1.7M-parameter ParaSLSTM trained by pararnn-torch on the King James Bible
+(see `examples/paraslstm_demo_model/README.md`).
 """
 
 import argparse
@@ -11,18 +13,19 @@ from pathlib import Path
 
 from vllm import LLM, SamplingParams
 
-DEFAULT_MODEL = Path(__file__).resolve().parent / "paraslstm-tiny"
+DEFAULT_MODEL = Path(__file__).resolve().parent / "paraslstm-kjv"
 PROMPTS = [
-    "Return the number of items",
-    "Create a new dictionary",
-    "The",
+    "In the beginning",
+    "And the LORD said unto Moses,",
+    "Blessed are the",
+    "The kingdom of heaven is like",
 ]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--model", default=str(DEFAULT_MODEL))
-    parser.add_argument("--max-tokens", type=int, default=24)
+    parser.add_argument("--max-tokens", type=int, default=40)
     parser.add_argument("--kv-cache-memory-bytes", type=int, default=64 * 2**20)
     args = parser.parse_args()
 

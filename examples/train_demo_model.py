@@ -59,6 +59,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--layers", type=int, default=3)
     ap.add_argument("--mlp-ratio", type=float, default=2.0)
     ap.add_argument("--max-recurrent-norm", type=float, default=0.5)
+    # training solver (does not change the function, only convergence)
+    ap.add_argument("--picard-iters", type=int, default=8)
+    ap.add_argument("--newton-iters", type=int, default=4)
     # optimisation
     ap.add_argument(
         "--steps",
@@ -118,6 +121,8 @@ def model_config(args: argparse.Namespace, meta: dict) -> ParaSLSTMConfig:
         max_recurrent_norm=args.max_recurrent_norm,
         mix="diag",
         tie_word_embeddings=True,
+        picard_iters=args.picard_iters,
+        newton_iters=args.newton_iters,
     )
 
 
