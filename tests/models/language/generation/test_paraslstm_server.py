@@ -3,8 +3,8 @@
 """ParaSLSTM behind `vllm serve`, driven by the `openai` client.
 
 One server per module (a subprocess on a free loopback port) serves the demo
-checkpoint `examples/paraslstm-tiny` (random weights, a byte-level BPE
-tokenizer and a chat template in its tokenizer_config.json). Greedy outputs
+checkpoint `examples/paraslstm-tiny` (its tokenizer and the chat template in
+its tokenizer_config.json; random weights will do). Greedy outputs
 are compared by token ids (`return_token_ids`) against `LLM.generate` /
 `LLM.chat` on the same checkpoint in this process, and against the same
 requests sent one at a time.
@@ -19,6 +19,7 @@ fault tests check that it counts live streams and returns to 0 afterwards.
 """
 
 import asyncio
+import json
 import os
 import random
 import socket
@@ -36,11 +37,9 @@ import regex as re
 pytestmark = pytest.mark.hybrid_model
 
 DEMO = Path("examples") / "paraslstm-tiny"
-VOCAB = 512  # the demo tokenizer's and checkpoint's vocab_size
 MAX_MODEL_LEN = 1 << 16
 MAX_NUM_SEQS = 64
-# 128 blocks (state slots) for the demo's 2 layers x (4, 64) float32 states.
-KV_CACHE_BYTES = 2 * 4 * 64 * 4 * 128
+NUM_STATE_SLOTS = 256  # about: the KV cache holds this many float32 states
 MAX_TOKENS = 12
 STARTUP_TIMEOUT_S = 420.0
 REQUEST_TIMEOUT_S = 120.0
@@ -117,6 +116,13 @@ def _demo_checkpoint() -> Path:
     raise AssertionError("unreachable")
 
 
+def _kv_cache_bytes(model: Path) -> int:
+    """Room for NUM_STATE_SLOTS states of (4, hidden_size) float32 a layer."""
+    config = json.loads((model / "config.json").read_text())
+    state_bytes = 4 * config["hidden_size"] * 4
+    return config["num_hidden_layers"] * state_bytes * NUM_STATE_SLOTS
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -129,13 +135,15 @@ class _Server:
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_path
+        config = json.loads((model / "config.json").read_text())
+        self.vocab_size = config["vocab_size"]
         args = [
             *("serve", self.model),
             *("--host", "127.0.0.1", "--port", str(self.port)),
             *("--dtype", "float32", "--seed", "0", "--enforce-eager"),
             *("--max-model-len", str(MAX_MODEL_LEN)),
             *("--max-num-seqs", str(MAX_NUM_SEQS)),
-            *("--kv-cache-memory-bytes", str(KV_CACHE_BYTES)),
+            *("--kv-cache-memory-bytes", str(_kv_cache_bytes(model))),
             # For /inference/v1/abort_requests (explicit aborts).
             "--enable-scale-out",
         ]
@@ -259,7 +267,7 @@ def offline(demo, _server_proc) -> dict[str, list]:
             enforce_eager=True,
             max_model_len=MAX_MODEL_LEN,
             max_num_seqs=8,
-            kv_cache_memory_bytes=KV_CACHE_BYTES,
+            kv_cache_memory_bytes=_kv_cache_bytes(demo),
             seed=0,
         )
         params = SamplingParams(ignore_eos=True, **GREEDY)
@@ -540,7 +548,7 @@ BAD_PROMPTS = {
     "no-room-for-output": ([7] * MAX_MODEL_LEN, "max_tokens must be at least 1"),
     "empty-text": ("", "non-empty"),
     "empty-ids": ([], "at least one prompt"),
-    "oov-vocab-size": ([5, VOCAB], f"Token id {VOCAB} is out of vocabulary"),
+    "oov-vocab-size": (None, None),  # [5, vocab_size], set in the test
     "oov-huge": ([5, 10**9], "out of vocabulary"),
     "oov-negative": ([5, -1], "greater than or equal to 0"),
 }
@@ -550,6 +558,9 @@ BAD_PROMPTS = {
 @pytest.mark.parametrize("case", list(BAD_PROMPTS))
 def test_bad_completion_prompts_rejected(server, one_by_one, case, stream):
     prompt, match = BAD_PROMPTS[case]
+    if case == "oov-vocab-size":
+        prompt = [5, server.vocab_size]
+        match = f"Token id {server.vocab_size} is out of vocabulary"
     client = server.client()
 
     def call(stream):
