@@ -54,6 +54,56 @@ def paraslstm_step(
     return torch.stack((c_new, n_new, m_new, h_new), dim=1)
 
 
+# Working gate order of the in-place cell: (z, i, f, o). It puts the pairs
+# the cell updates together next to each other: (i, f) for exp(. - m), and
+# (i * tanh(z), i) for the (c, n) update.
+_ZIFO = (2, 0, 1, 3)
+
+
+def _zifo(t: torch.Tensor, dim: int) -> torch.Tensor:
+    """A copy of ``t`` with its gate axis ``dim`` in (z, i, f, o) order."""
+    return t.index_select(dim, torch.tensor(_ZIFO, device=t.device))
+
+
+def _cell_(
+    z: torch.Tensor,
+    i: torch.Tensor,
+    f: torch.Tensor,
+    o: torch.Tensor,
+    i_f: torch.Tensor,
+    zi_i: torch.Tensor,
+    cn: torch.Tensor,
+    c: torch.Tensor,
+    n: torch.Tensor,
+    m: torch.Tensor,
+    h: torch.Tensor,
+) -> None:
+    """:func:`paraslstm_step` in place, with the same arithmetic.
+
+    ``z, i, f, o`` are ``(k, 1, d)`` views of the pre-activations (consumed),
+    ``i_f`` and ``zi_i`` the ``(k, 2, d)`` views of ``(i, f)`` and ``(z, i)``;
+    ``cn`` ``(k, 2, d)`` and ``c, n, m`` ``(k, 1, d)`` are views of the state,
+    updated; ``h`` ``(k, 1, d)`` receives the new ``h``. Thirteen kernels, no
+    allocation.
+    """
+    f.add_(m)  # z_f + m_prev
+    torch.maximum(f, i, out=m)  # m_new
+    i_f.sub_(m).exp_()  # i = exp(z_i - m_new), f = exp(z_f + m_prev - m_new)
+    z.tanh_().mul_(i)  # i * tanh(z_z)
+    cn.mul_(f).add_(zi_i)  # c = f * c + i * tanh(z_z), n = f * n + i
+    torch.add(n, PARASLSTM_NORM_EPS, out=h)
+    torch.div(o.sigmoid_().mul_(c), h, out=h)  # sigmoid(z_o) * c / (n + eps)
+
+
+def _add_recurrent_(pre: torch.Tensor, rec: torch.Tensor, h: torch.Tensor) -> None:
+    """``pre += rec(h)``; ``pre`` ``(k, 4, d)``, ``h`` ``(k, 1, d)``, both and
+    ``rec`` in (z, i, f, o) gate order."""
+    if rec.dim() == 2:
+        pre.addcmul_(rec, h)
+    else:
+        pre.add_(_recurrent_term(h.view(h.shape[0], -1), rec))
+
+
 def _check_common(
     gates: torch.Tensor,
     recurrent: torch.Tensor,
@@ -113,16 +163,30 @@ def paraslstm_update_cpu(
         )
     idx = state_indices.long()
     valid = idx != null_block_id
-    safe_idx = torch.where(valid, idx, torch.zeros_like(idx))
-    prev = state.index_select(0, safe_idx)
-    new = paraslstm_step(
-        prev,
-        gates.view(-1, 4, state.shape[-1]).to(state.dtype),
-        recurrent.to(state.dtype),
+    all_valid = bool(valid.all())
+    d = state.shape[-1]
+    # prev: a private copy of the state rows; pre: a private copy of the
+    # gates. The cell runs in place on both.
+    prev = state.index_select(0, idx if all_valid else torch.where(valid, idx, 0))
+    pre = _zifo(gates.view(-1, 4, d), 1).to(state.dtype)
+    _add_recurrent_(pre, _zifo(recurrent.to(state.dtype), 0), prev[:, 3:4])
+    _cell_(
+        *pre.split(1, dim=1),
+        pre[:, 1:3],
+        pre[:, 0:2],
+        prev[:, 0:2],
+        prev[:, 0:1],
+        prev[:, 1:2],
+        prev[:, 2:3],
+        prev[:, 3:4],
     )
-    rows = valid.nonzero().squeeze(1)
-    state.index_copy_(0, idx[rows], new[rows])
-    out.copy_(torch.where(valid.unsqueeze(1), new[:, 3], 0.0).to(out.dtype))
+    if all_valid:
+        state.index_copy_(0, idx, prev)
+        out.copy_(prev[:, 3])
+    else:
+        rows = valid.nonzero().squeeze(1)
+        state.index_copy_(0, idx[rows], prev[rows])
+        out.copy_(torch.where(valid.unsqueeze(1), prev[:, 3], 0.0))
 
 
 def paraslstm_scan_cpu(
@@ -156,30 +220,83 @@ def paraslstm_scan_cpu(
         )
     if num_seqs == 0:
         return
-    starts = query_start_loc[:-1].long()
-    lens = query_start_loc[1:].long() - starts
-    idx = state_indices.long()
-    valid = idx != null_block_id
-    safe_idx = torch.where(valid, idx, torch.zeros_like(idx))
+    sdt = state.dtype
+    rec = _zifo(recurrent.to(sdt), 0)
+    gates3 = gates.view(-1, 4, d)
+    bounds = query_start_loc.tolist()
+    lens = [b - a for a, b in zip(bounds[:-1], bounds[1:])]
+    pages = state_indices.tolist()
+    init = (
+        [False] * num_seqs if has_initial_state is None else has_initial_state.tolist()
+    )
 
-    carry = state.index_select(0, safe_idx)
-    if has_initial_state is None:
-        carry.zero_()
+    # Sequences sorted by length, longest first: at step t the k_t sequences
+    # still running are the first k_t, and their tokens of step t are rows
+    # [o_t, o_t + k_t) of a time-major packed copy of the gates. A run of
+    # steps with the same k_t is a (steps, k, 4, d) block, unbound once into
+    # per-step views, so the time loop creates no tensors and moves no data
+    # besides the cell's own kernels; a finished sequence's carry is simply
+    # no longer touched.
+    order = sorted(range(num_seqs), key=lambda b: -lens[b])
+    s_lens = [lens[b] for b in order]
+    max_len, total = s_lens[0], sum(s_lens)
+    if num_seqs == 1:
+        perm = None
+        packed = _zifo(gates3[bounds[0] : bounds[0] + max_len], 1).to(sdt)
     else:
-        carry = torch.where(has_initial_state.view(-1, 1, 1), carry, 0.0)
-    rec = recurrent.to(state.dtype)
-    gates_s = gates.view(-1, 4, d).to(state.dtype)
-    h_out = torch.zeros(gates.shape[0], d, dtype=state.dtype, device=state.device)
+        s_starts = torch.tensor([bounds[b] for b in order])
+        steps = torch.arange(max_len).unsqueeze(1)
+        in_seq = steps < torch.tensor(s_lens).unsqueeze(0)
+        perm = (s_starts.unsqueeze(0) + steps)[in_seq]  # time-major token rows
+        packed = _zifo(gates3.index_select(0, perm), 1).to(sdt)
+    carry = torch.zeros(num_seqs, 4, d, dtype=sdt, device=state.device)
+    resume = [r for r, b in enumerate(order) if init[b] and pages[b] != null_block_id]
+    if resume:
+        src_pages = torch.tensor([pages[order[r]] for r in resume])
+        carry[resume] = state.index_select(0, src_pages)
+    h_packed = torch.empty(total, 1, d, dtype=sdt, device=state.device)
 
-    max_len = int(lens.max().item()) if lens.numel() else 0
-    for t in range(max_len):
-        active = lens > t
-        tok = torch.where(active, starts + t, torch.zeros_like(starts))
-        new = paraslstm_step(carry, gates_s.index_select(0, tok), rec)
-        carry = torch.where(active.view(-1, 1, 1), new, carry)
-        rows = (active & valid).nonzero().squeeze(1)
-        h_out.index_copy_(0, tok[rows], new[rows, 3])
+    h_prev = carry[:, 3:4]
+    step_rows: list[int] = []
+    t, row = 0, 0
+    while t < max_len:
+        k = sum(1 for ln in s_lens if ln > t)
+        t_end = s_lens[k - 1]
+        run = t_end - t
+        block = packed[row : row + run * k].view(run, k, 4, d)
+        h_steps = h_packed[row : row + run * k].view(run, k, 1, d).unbind(0)
+        views = [block.unbind(0)]
+        for lo, hi in ((0, 1), (1, 2), (2, 3), (3, 4), (1, 3), (0, 2)):
+            views.append(block[:, :, lo:hi].unbind(0))
+        state_k = carry[:k]
+        cn, c, n, m = state_k[:, 0:2], state_k[:, 0:1], state_k[:, 1:2], state_k[:, 2:3]
+        h_prev = h_prev[:k]
+        for pre, z, i, f, o, i_f, zi_i, h in zip(*views, h_steps):
+            _add_recurrent_(pre, rec, h_prev)
+            _cell_(z, i, f, o, i_f, zi_i, cn, c, n, m, h)
+            h_prev = h
+        step_rows += range(row, row + run * k, k)
+        t, row = t_end, row + run * k
 
-    rows = valid.nonzero().squeeze(1)
-    state.index_copy_(0, idx[rows], carry[rows])
-    out.copy_(h_out.to(out.dtype))
+    # The last h of each sequence goes into its carry; then carry -> pages.
+    h_packed = h_packed.view(total, d)
+    ends = [(r, step_rows[ln - 1] + r) for r, ln in enumerate(s_lens) if ln > 0]
+    if ends:
+        carry[[r for r, _ in ends], 3] = h_packed[[e for _, e in ends]]
+    keep = [r for r, b in enumerate(order) if pages[b] != null_block_id]
+    if keep:
+        dst_pages = torch.tensor([pages[order[r]] for r in keep])
+        state.index_copy_(0, dst_pages, carry[keep])
+
+    # Outputs: tokens of padding sequences and rows outside every sequence
+    # are zero.
+    pad = [b for b in range(num_seqs) if pages[b] == null_block_id]
+    if pad or bounds[0] != 0 or bounds[-1] != out.shape[0]:
+        out.zero_()
+    if perm is None:
+        if not pad:
+            out[bounds[0] : bounds[1]] = h_packed
+    else:
+        for b in pad:
+            h_packed[(perm >= bounds[b]) & (perm < bounds[b + 1])] = 0.0
+        out.index_copy_(0, perm, h_packed.to(out.dtype))
