@@ -19,9 +19,11 @@ fault tests check that it counts live streams and returns to 0 afterwards.
 """
 
 import asyncio
+import contextlib
 import json
 import os
 import random
+import signal
 import socket
 import subprocess
 import sys
@@ -186,12 +188,12 @@ class _Server:
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.terminate()
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                # The whole session: the engine core and its workers too.
-                os.killpg(self.proc.pid, 9)
-                self.proc.wait(timeout=30)
+        # Whatever is left of the server's session (engine core, worker).
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(timeout=30)
         self._log.close()
 
     def client(self) -> openai.OpenAI:
@@ -498,7 +500,7 @@ def test_disconnects_and_aborts_free_their_slots(server, one_by_one):
         for chunk in it:
             n += len(_ids(chunk.choices[0]))
             finish = chunk.choices[0].finish_reason or finish
-        assert n < long["max_tokens"], f"stream {i} not aborted ({finish})"
+        assert n < long["max_tokens"] and finish == "abort", (i, n, finish)
         print(f"aborted stream {i}: {n} tokens, finish_reason={finish}")
 
     used = _wait_slots(server, 0)
