@@ -36,6 +36,7 @@ cd "$TREE"
 # The series must not touch the file taken from the wheel.
 git diff --quiet HEAD~4 HEAD -- vllm/utils/cpu_triton_utils.py
 export VLLM_TARGET_DEVICE=cpu
+export PARASLSTM_KJV_MODEL="$ROOT/examples/paraslstm-kjv"
 # Spawned engine processes must import the tree too (as an editable install).
 export PYTHONPATH="$TREE${PYTHONPATH:+:$PYTHONPATH}"
 mapfile -t TESTS < <(grep -v '^#' "$ROOT/tools/paraslstm/test_files.txt")

@@ -2,9 +2,10 @@
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
 """The trained demo checkpoint is the same model in pararnn-torch and vLLM.
 
-PENDING A TRAINED MODEL: skipped until ``examples/paraslstm-kjv`` (trained by
-``examples/train_demo_model.py``, see ``tools/paraslstm/train_demo_on_h200.md``)
-exists; not listed in ``tools/paraslstm/test_files.txt`` until then.
+The checkpoint is the project's demo model ``examples/paraslstm-kjv``
+(trained by ``examples/train_demo_model.py``, see
+``tools/paraslstm/train_demo_on_h200.md``); the test is skipped where it does
+not exist (e.g. in a vLLM tree without this project's examples).
 
 On held-out text (two chapters of the King James Bible that the model never
 saw in training, ``paraslstm_kjv_heldout.txt``), everything in float32:
@@ -60,8 +61,8 @@ def _model_dir() -> Path | None:
 MODEL_DIR = _model_dir()
 if MODEL_DIR is None:
     pytest.skip(
-        "pending: the trained checkpoint examples/paraslstm-kjv does not exist "
-        "yet (tools/paraslstm/train_demo_on_h200.md)",
+        "the trained demo checkpoint examples/paraslstm-kjv is not here; set "
+        "PARASLSTM_KJV_MODEL to its directory",
         allow_module_level=True,
     )
 
