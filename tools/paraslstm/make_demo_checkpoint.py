@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
-"""Build the embedded demo checkpoint `examples/paraslstm-tiny`.
+"""Build the tiny random-weight test checkpoint `examples/paraslstm-tiny`.
 
 Weights: a random (seeded) ParaSLSTM written by pararnn-torch's own
 `save_pretrained`, through the reference script in `.venv-ref`. Tokenizer: a
