@@ -115,6 +115,9 @@ def _register_models_config() -> None:
         def verify_and_update_config(cls, vllm_config) -> None:
             if vllm_config.speculative_config is not None:
                 raise ValueError("ParaSLSTM does not support speculative decoding.")
+            vllm_config.model_config.hf_config.verify_tensor_parallel_size(
+                vllm_config.parallel_config.tensor_parallel_size
+            )
             super().verify_and_update_config(vllm_config)
 
     MODELS_CONFIG_MAP[MODEL_ARCH] = ParaSLSTMModelConfig

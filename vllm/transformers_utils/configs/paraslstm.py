@@ -114,3 +114,24 @@ class ParaSLSTMConfig(PreTrainedConfig):
         self.scan_backend = scan_backend
         self.picard_iters = picard_iters
         super().__init__(tie_word_embeddings=tie_word_embeddings, **kwargs)
+
+    def verify_tensor_parallel_size(self, tensor_parallel_size: int) -> None:
+        """Raise a ValueError when the model cannot be sharded over
+        `tensor_parallel_size` ranks.
+
+        Tensor parallelism shards the recurrent channels (whole heads for
+        `mix="head"`) and the MLP's hidden units, so each must divide evenly.
+        """
+        tp = tensor_parallel_size
+        if self.mix == "head" and self.n_heads % tp != 0:
+            raise ValueError(
+                f"ParaSLSTM mix='head' shards whole heads: n_heads={self.n_heads} "
+                f"is not divisible by tensor_parallel_size={tp}"
+            )
+        for name in ("hidden_size", "intermediate_size"):
+            if getattr(self, name) % tp != 0:
+                raise ValueError(
+                    f"ParaSLSTM shards {name} over tensor-parallel ranks: "
+                    f"{name}={getattr(self, name)} is not divisible by "
+                    f"tensor_parallel_size={tp}"
+                )
