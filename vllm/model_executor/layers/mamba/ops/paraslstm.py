@@ -21,7 +21,8 @@ import os
 import torch
 
 from vllm.model_executor.layers.mamba.ops.cpu.paraslstm import (
-    _check_common,
+    check_scan_args,
+    check_update_args,
     paraslstm_step,
 )
 from vllm.triton_utils import tl, triton
@@ -715,12 +716,8 @@ def paraslstm_update(
         num_warps: warps per program (tuning override).
 
     """
-    d = _check_common(gates, recurrent, state, out)
+    d = check_update_args(gates, recurrent, state, state_indices, out)
     batch = gates.shape[0]
-    if state_indices.shape != (batch,):
-        raise ValueError(
-            f"state_indices must be ({batch},), got {tuple(state_indices.shape)}"
-        )
     if batch == 0:
         return
     strides = _strides(gates, state, out)
@@ -843,17 +840,15 @@ def paraslstm_scan(
             sequence per program; tuning override).
 
     """
-    d = _check_common(gates, recurrent, state, out)
-    num_seqs = query_start_loc.shape[0] - 1
-    if state_indices.shape != (num_seqs,):
-        raise ValueError(
-            f"state_indices must be ({num_seqs},), got {tuple(state_indices.shape)}"
-        )
-    if has_initial_state is not None and has_initial_state.shape != (num_seqs,):
-        raise ValueError(
-            f"has_initial_state must be ({num_seqs},), "
-            f"got {tuple(has_initial_state.shape)}"
-        )
+    d, num_seqs = check_scan_args(
+        gates,
+        recurrent,
+        state,
+        query_start_loc,
+        state_indices,
+        has_initial_state,
+        out,
+    )
     if num_seqs <= 0:
         return
     init = has_initial_state

@@ -39,7 +39,7 @@ sequential kernel up to well past the measured range.
 
 import torch
 
-from vllm.model_executor.layers.mamba.ops.cpu.paraslstm import _check_common
+from vllm.model_executor.layers.mamba.ops.cpu.paraslstm import check_scan_args
 from vllm.model_executor.layers.mamba.ops.paraslstm import paraslstm_scan
 from vllm.triton_utils import tl, triton
 from vllm.v1.attention.backends.utils import NULL_BLOCK_ID
@@ -423,17 +423,15 @@ def paraslstm_newton(
     ``fallback`` (the sequences recomputed sequentially), for tests and
     benchmarks.
     """
-    d = _check_common(gates, recurrent, state, out)
-    num_seqs = query_start_loc.shape[0] - 1
-    if state_indices.shape != (num_seqs,):
-        raise ValueError(
-            f"state_indices must be ({num_seqs},), got {tuple(state_indices.shape)}"
-        )
-    if has_initial_state is not None and has_initial_state.shape != (num_seqs,):
-        raise ValueError(
-            f"has_initial_state must be ({num_seqs},), "
-            f"got {tuple(has_initial_state.shape)}"
-        )
+    d, num_seqs = check_scan_args(
+        gates,
+        recurrent,
+        state,
+        query_start_loc,
+        state_indices,
+        has_initial_state,
+        out,
+    )
     if num_seqs <= 0:
         return
     args = (gates, recurrent, state, query_start_loc, state_indices)

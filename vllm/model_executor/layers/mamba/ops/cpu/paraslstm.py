@@ -136,6 +136,48 @@ def _check_common(
     return d
 
 
+def check_update_args(
+    gates: torch.Tensor,
+    recurrent: torch.Tensor,
+    state: torch.Tensor,
+    state_indices: torch.Tensor,
+    out: torch.Tensor,
+) -> int:
+    """Validate decode arguments (shared by every implementation); returns d."""
+    d = _check_common(gates, recurrent, state, out)
+    if state_indices.shape != (gates.shape[0],):
+        raise ValueError(
+            f"state_indices must be ({gates.shape[0]},), "
+            f"got {tuple(state_indices.shape)}"
+        )
+    return d
+
+
+def check_scan_args(
+    gates: torch.Tensor,
+    recurrent: torch.Tensor,
+    state: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    state_indices: torch.Tensor,
+    has_initial_state: torch.Tensor | None,
+    out: torch.Tensor,
+) -> tuple[int, int]:
+    """Validate prefill arguments (shared by every implementation); returns
+    ``(d, num_seqs)``."""
+    d = _check_common(gates, recurrent, state, out)
+    num_seqs = query_start_loc.shape[0] - 1
+    if state_indices.shape != (num_seqs,):
+        raise ValueError(
+            f"state_indices must be ({num_seqs},), got {tuple(state_indices.shape)}"
+        )
+    if has_initial_state is not None and has_initial_state.shape != (num_seqs,):
+        raise ValueError(
+            f"has_initial_state must be ({num_seqs},), "
+            f"got {tuple(has_initial_state.shape)}"
+        )
+    return d, num_seqs
+
+
 def paraslstm_update_cpu(
     gates: torch.Tensor,
     recurrent: torch.Tensor,
@@ -155,12 +197,7 @@ def paraslstm_update_cpu(
         null_block_id: state index that marks a padding row.
 
     """
-    _check_common(gates, recurrent, state, out)
-    if state_indices.shape != (gates.shape[0],):
-        raise ValueError(
-            f"state_indices must be ({gates.shape[0]},), "
-            f"got {tuple(state_indices.shape)}"
-        )
+    check_update_args(gates, recurrent, state, state_indices, out)
     idx = state_indices.long()
     valid = idx != null_block_id
     all_valid = bool(valid.all())
@@ -212,12 +249,15 @@ def paraslstm_scan_cpu(
         null_block_id: state index that marks a padding sequence.
 
     """
-    d = _check_common(gates, recurrent, state, out)
-    num_seqs = query_start_loc.shape[0] - 1
-    if state_indices.shape != (num_seqs,):
-        raise ValueError(
-            f"state_indices must be ({num_seqs},), got {tuple(state_indices.shape)}"
-        )
+    d, num_seqs = check_scan_args(
+        gates,
+        recurrent,
+        state,
+        query_start_loc,
+        state_indices,
+        has_initial_state,
+        out,
+    )
     if num_seqs == 0:
         return
     sdt = state.dtype
