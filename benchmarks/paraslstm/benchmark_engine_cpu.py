@@ -189,7 +189,8 @@ def worker(args: argparse.Namespace) -> None:
 
     from vllm import LLM, SamplingParams
 
-    max_len = max(args.prefill_lens) + args.decode_tokens + 64
+    warmup_len = 2 * args.max_num_batched_tokens + 5  # three prefill chunks
+    max_len = max(*args.prefill_lens, warmup_len) + args.decode_tokens + 64
     llm = LLM(
         model=args.ckpt,
         dtype="float32",
@@ -239,7 +240,7 @@ def worker(args: argparse.Namespace) -> None:
 
     # Warm-up: every code path once (prefill, mixed batch, decode).
     run(prompts(4, 300), 8)
-    run(prompts(1, 2 * args.max_num_batched_tokens + 5), 2)
+    run(prompts(1, warmup_len), 2)
 
     res: dict = {"prefill": {}, "decode": {}}
     for length in args.prefill_lens:
