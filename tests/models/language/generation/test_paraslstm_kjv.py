@@ -29,9 +29,13 @@ import pytest
 from tokenizers import Tokenizer
 
 from tests.models.language.generation.paraslstm_utils import reference_python
-from vllm import LLM, SamplingParams
+from tests.models.language.generation.test_paraslstm import _in_process_engine, _llm
+from vllm import SamplingParams
 
-pytestmark = pytest.mark.hybrid_model
+pytestmark = [
+    pytest.mark.hybrid_model,
+    pytest.mark.usefixtures(_in_process_engine.__name__),
+]
 
 HERE = Path(__file__).resolve().parent
 REF_SCRIPT = HERE / "paraslstm_kjv_ref.py"
@@ -65,17 +69,6 @@ if MODEL_DIR is None:
         "PARASLSTM_KJV_MODEL to its directory",
         allow_module_level=True,
     )
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _in_process_engine():
-    old = os.environ.get("VLLM_ENABLE_V1_MULTIPROCESSING")
-    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-    yield
-    if old is None:
-        os.environ.pop("VLLM_ENABLE_V1_MULTIPROCESSING")
-    else:
-        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = old
 
 
 @pytest.fixture(scope="module")
@@ -113,16 +106,10 @@ def reference(inputs, tmp_path_factory) -> dict:
 @pytest.fixture(scope="module")
 def vllm_outputs(inputs) -> dict:
     longest = max(len(s) for s in inputs["sequences"])
-    llm = LLM(
-        model=str(MODEL_DIR),
-        skip_tokenizer_init=True,
-        dtype="float32",
-        enforce_eager=True,
+    llm = _llm(
+        str(MODEL_DIR),
         max_model_len=longest + MAX_NEW_TOKENS + 16,
-        max_num_seqs=4,
         max_num_batched_tokens=1024,
-        kv_cache_memory_bytes=64 * 2**20,
-        seed=0,
     )
     try:
         scored = llm.generate(

@@ -40,6 +40,7 @@ from tests.models.language.generation.test_paraslstm import (
     _assert_logprobs_close,
     _config,
 )
+from tests.models.language.generation.test_paraslstm import _llm as _base_llm
 from vllm import LLM, SamplingParams, envs
 from vllm.transformers_utils.configs.paraslstm import ParaSLSTMConfig
 
@@ -115,21 +116,9 @@ def in_process_engine(monkeypatch):
 
 
 def _llm(model: str, **kwargs) -> LLM:
-    args = dict(
-        model=model,
-        skip_tokenizer_init=True,
-        dtype="float32",
-        enforce_eager=True,
-        max_model_len=1024,
-        max_num_seqs=4,
-        # Chunked prefill: the 301-token prompt spans several steps, mixed
-        # with decodes of the others.
-        max_num_batched_tokens=128,
-        kv_cache_memory_bytes=64 * 2**20,
-        seed=0,
-    )
-    args.update(kwargs)
-    return LLM(**args)
+    # Chunked prefill: the 301-token prompt spans several steps, mixed with
+    # decodes of the others.
+    return _base_llm(model, **{"max_num_batched_tokens": 128, **kwargs})
 
 
 def _shutdown(llm: LLM) -> None:
