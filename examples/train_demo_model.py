@@ -66,7 +66,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument(
         "--steps",
         type=int,
-        default=0,
+        default=1200,
         help="total steps; 0: chosen after --probe-steps steps (still in warmup, "
         "so the choice changes no earlier step) to fill --auto-minutes of "
         "training, within [--auto-min-steps, --auto-max-steps], then fixed "
