@@ -470,7 +470,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--max-num-batched-tokens", type=int, default=2048)
     ap.add_argument("--kv-cache-mib", type=int, default=768)
-    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--models", default="paraslstm,mamba2,llama")
     ap.add_argument("--workdir", default=None, help="checkpoints (default: tmp)")
     ap.add_argument("--doc", default=str(ROOT / "docs" / "benchmarks-cpu.md"))
     ap.add_argument("--png", default=str(ROOT / "docs" / "benchmarks-cpu.png"))
