@@ -66,6 +66,9 @@ FETCH_SCRIPT = ROOT / "tools" / "paraslstm" / "fetch_vllm_source.sh"
 
 VLLM_VERSION = os.environ.get("VLLM_SDIST_VERSION", "0.32.0")
 MIRRORED_ROOTS = ("vllm", "tests", "docs", "benchmarks")
+# This project's own documentation and engine benchmark: not part of the
+# upstream series (vLLM's docs get their supported-models row as an edit).
+NOT_UPSTREAM = ("docs/**", "benchmarks/paraslstm/**")
 
 GIT_NAME = "ParaSLSTM Dev"
 GIT_EMAIL = "dev@paraslstm.invalid"
@@ -136,8 +139,6 @@ SERIES: tuple[Commit, ...] = (
             "vllm/model_executor/layers/mamba/*",
             "vllm/model_executor/models/**",
             "tests/models/**",
-            "docs/**",
-            "benchmarks/paraslstm/**",
         ),
         edits=(
             "model-registry.diff",
@@ -249,11 +250,14 @@ def repo_new_files() -> list[str]:
     """Files under the mirrored roots: tracked and untracked (not ignored)
     ones of the working tree, or those of the --ref commit."""
     if Source.root != ROOT:
-        return sorted(
+        files = (
             p.relative_to(Source.root).as_posix()
             for r in MIRRORED_ROOTS
             for p in (Source.root / r).rglob("*")
             if p.is_file()
+        )
+        return sorted(
+            p for p in files if not any(glob_match(pat, p) for pat in NOT_UPSTREAM)
         )
     out = subprocess.run(
         ["git", "-C", str(ROOT), "ls-files", "-z", "--cached", "--others"]
@@ -262,7 +266,11 @@ def repo_new_files() -> list[str]:
         text=True,
         check=True,
     ).stdout
-    return sorted({p for p in out.split("\0") if p and (ROOT / p).is_file()})
+    return sorted(
+        p
+        for p in {p for p in out.split("\0") if p and (ROOT / p).is_file()}
+        if not any(glob_match(pat, p) for pat in NOT_UPSTREAM)
+    )
 
 
 def assign_files(files: list[str]) -> list[list[str]]:
