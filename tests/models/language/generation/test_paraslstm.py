@@ -74,38 +74,46 @@ def _in_process_engine():
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = old
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory) -> dict[str, dict]:
-    """Checkpoints plus reference outputs for every case, in one subprocess."""
-    jobs = []
+def reference_jobs() -> dict[str, dict]:
+    """The pararnn-torch reference job of every case (bf16 included), by name."""
+    jobs = {}
     for name, config in CASES.items():
         prompts = list(PROMPTS)
         if name == "diag-tied-rho0.5-d48":
             prompts.append(SHARED_PREFIX_PROMPT)
-        jobs.append(
-            {
-                "config": config,
-                "seed": len(jobs),
-                "dtype": "float32",
-                "prompts": prompts,
-            }
-        )
-    jobs.append(
-        {
-            "config": CASES["diag-tied-rho0.5-d48"],
-            "seed": 7,
-            "dtype": "bfloat16",
-            "prompts": PROMPTS,
+        jobs[name] = {
+            "config": config,
+            "seed": len(jobs),
+            "dtype": "float32",
+            "prompts": prompts,
         }
-    )
-    for job in jobs:
-        job.update(max_new_tokens=MAX_NEW_TOKENS, num_logprobs=NUM_LOGPROBS)
-    results = make_reference_checkpoints(jobs, tmp_path_factory.mktemp("paraslstm"))
-    names = [*CASES, BF16_CASE]
-    return {
-        name: {**res, "prompts": job["prompts"]}
-        for name, job, res in zip(names, jobs, results)
+    jobs[BF16_CASE] = {
+        "config": CASES["diag-tied-rho0.5-d48"],
+        "seed": 7,
+        "dtype": "bfloat16",
+        "prompts": PROMPTS,
     }
+    for job in jobs.values():
+        job.update(max_new_tokens=MAX_NEW_TOKENS, num_logprobs=NUM_LOGPROBS)
+    return jobs
+
+
+def run_reference(tmp_path_factory, names: list[str]) -> dict[str, dict]:
+    """Checkpoints plus reference outputs for the named cases, in one
+    subprocess (or from the cache)."""
+    jobs = reference_jobs()
+    results = make_reference_checkpoints(
+        [jobs[name] for name in names], tmp_path_factory.mktemp("paraslstm")
+    )
+    return {
+        name: {**res, "prompts": jobs[name]["prompts"]}
+        for name, res in zip(names, results)
+    }
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> dict[str, dict]:
+    return run_reference(tmp_path_factory, [*CASES, BF16_CASE])
 
 
 def _llm(model: str, **kwargs) -> LLM:

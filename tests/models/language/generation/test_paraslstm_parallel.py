@@ -1,9 +1,10 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
-"""ParaSLSTM under tensor and pipeline parallelism, end to end on CPU.
+"""ParaSLSTM under tensor and pipeline parallelism, end to end.
 
-vLLM's CPU backend runs TP and PP with the multiprocessing executor: one
-spawned worker per rank, gloo between them. Each test starts one such engine
+On CPU, vLLM runs TP and PP with the multiprocessing executor: one spawned
+worker per rank, gloo between them. On CUDA the same tests need two GPUs
+(NCCL) and also run TP=2 with CUDA graphs. Each test starts one such engine
 on a pararnn-torch checkpoint and compares it with the pararnn-torch
 reference and with a TP=1 engine: the same greedy tokens, logprobs within
 float32 reduction noise. Each rank's weight shards are compared with slices
@@ -42,9 +43,16 @@ from tests.models.language.generation.test_paraslstm import (
 )
 from tests.models.language.generation.test_paraslstm import _llm as _base_llm
 from vllm import LLM, SamplingParams, envs
+from vllm.platforms import current_platform
 from vllm.transformers_utils.configs.paraslstm import ParaSLSTMConfig
 
 pytestmark = pytest.mark.hybrid_model
+
+# On CUDA every rank needs a GPU of its own.
+needs_two_ranks = pytest.mark.skipif(
+    current_platform.is_cuda() and torch.cuda.device_count() < 2,
+    reason="needs 2 GPUs",
+)
 
 CASES = {
     "diag-tied-rho0.5-d48": _config("diag", 48, True, 0.5),
@@ -182,17 +190,20 @@ def _rank_shards_rpc():
 
         from vllm.distributed import get_tensor_model_parallel_rank
 
-        def local_weight(linear) -> torch.Tensor:
-            eye = torch.eye(linear.input_size_per_partition, dtype=torch.float32)
-            return linear.quant_method.apply(linear, eye).t().contiguous()
-
         layer = worker.get_model().model.layers[0]
         mixer = layer.mixer
+        device = mixer.recurrent_weight.device
+
+        def local_weight(linear) -> torch.Tensor:
+            n = linear.input_size_per_partition
+            eye = torch.eye(n, dtype=torch.float32, device=device)
+            return linear.quant_method.apply(linear, eye).t().cpu()
+
         return {
             "rank": get_tensor_model_parallel_rank(),
             "in_proj.weight": local_weight(mixer.in_proj),
-            "in_proj.bias": mixer.in_proj.bias.detach().clone(),
-            "recurrent": mixer.recurrent_weight.detach().clone(),
+            "in_proj.bias": mixer.in_proj.bias.detach().cpu(),
+            "recurrent": mixer.recurrent_weight.detach().cpu(),
             "gate_up.weight": local_weight(layer.mlp.gate_up_proj),
             "down.weight": local_weight(layer.mlp.down_proj),
             "state_shape": tuple(mixer.get_state_shape()[0]),
@@ -239,13 +250,32 @@ def _expected_shards(ckpt: str, config: dict, rank: int, tp: int) -> dict:
     }
 
 
+@needs_two_ranks
+@pytest.mark.parametrize(
+    "enforce_eager",
+    [
+        True,
+        pytest.param(
+            False,
+            marks=pytest.mark.skipif(
+                not current_platform.is_cuda(), reason="CUDA graphs need CUDA"
+            ),
+            id="cuda-graphs",
+        ),
+    ],
+)
 @pytest.mark.parametrize("case", SERVED)
-def test_tensor_parallel_matches_tp1(reference, tp1_outputs, in_process_engine, case):
+def test_tensor_parallel_matches_tp1(
+    reference, tp1_outputs, in_process_engine, case, enforce_eager
+):
     ref = reference[case]
     config = CASES[case]
     ckpt_files = sorted(os.listdir(ref["out_dir"]))
     llm = _llm(
-        ref["out_dir"], tensor_parallel_size=2, distributed_executor_backend="mp"
+        ref["out_dir"],
+        tensor_parallel_size=2,
+        distributed_executor_backend="mp",
+        enforce_eager=enforce_eager,
     )
     try:
         shards = llm.collective_rpc(_rank_shards_rpc())
@@ -264,7 +294,8 @@ def test_tensor_parallel_matches_tp1(reference, tp1_outputs, in_process_engine, 
                 assert got[key] == value, key
     # The checkpoint is loaded as written: no converted copy next to it.
     assert sorted(os.listdir(ref["out_dir"])) == ckpt_files
-    _assert_same_outputs(tp2, tp1, ref, f"{case} TP=2")
+    where = f"{case} TP=2" + ("" if enforce_eager else " CUDA graphs")
+    _assert_same_outputs(tp2, tp1, ref, where)
 
 
 def _pp_stage_rpc():
@@ -297,6 +328,7 @@ def _pp_stage_rpc():
     return pp_stage
 
 
+@needs_two_ranks
 def test_pipeline_parallel_matches_tp1(reference, tp1_outputs, in_process_engine):
     ref = reference["diag-tied-rho0.5-d48"]
     llm = _llm(
@@ -332,6 +364,7 @@ def test_pipeline_parallel_matches_tp1(reference, tp1_outputs, in_process_engine
         ),
     ],
 )
+@needs_two_ranks
 def test_unshardable_model_fails_at_config_time(reference, case, match):
     """Raised by config verification in this process, before any worker
     starts (not as "Engine core initialization failed")."""

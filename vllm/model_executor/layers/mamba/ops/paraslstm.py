@@ -15,7 +15,6 @@ The decode kernels do no host synchronization and no allocation, and their
 grid depends only on tensor shapes, so they can be captured in CUDA graphs.
 """
 
-import functools
 import os
 
 import torch
@@ -25,6 +24,7 @@ from vllm.model_executor.layers.mamba.ops.cpu.paraslstm import (
     check_update_args,
     paraslstm_step,
 )
+from vllm.platforms import current_platform
 from vllm.triton_utils import tl, triton
 from vllm.v1.attention.backends.utils import NULL_BLOCK_ID
 
@@ -39,16 +39,10 @@ _HEAD_BATCHED_MIN_PAIRS = 384
 _PDL_ENABLED = True
 
 
-@functools.cache
-def _pdl_supported(device_index: int) -> bool:
-    return torch.cuda.get_device_capability(device_index)[0] >= 9
-
-
 def _use_pdl(device: torch.device) -> bool:
     if _INTERPRET or not _PDL_ENABLED or device.type != "cuda":
         return False
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    return _pdl_supported(index)
+    return current_platform.has_device_capability(90, device.index or 0)
 
 
 @triton.jit

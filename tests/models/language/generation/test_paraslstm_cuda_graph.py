@@ -1,0 +1,205 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM project
+"""ParaSLSTM under torch.compile and CUDA graphs, against eager and pararnn-torch.
+
+The mixer's custom op is a piecewise split point; uniform decode batches
+also run as full CUDA graphs, padded up to a captured size. Padded rows get
+the null state page (`NULL_BLOCK_ID`), which the decode kernel must neither
+read nor write. Each graph engine here fills the null page of every layer
+with a sentinel before generating and checks it afterwards, and counts the
+mixer's eager calls on decode-only batches: zero means the decode steps were
+replayed as full graphs.
+"""
+
+import pytest
+import torch
+
+from tests.models.language.generation.test_paraslstm import (
+    BF16_CASE,
+    _assert_logprobs_close,
+    _close,
+    _generate,
+    _llm,
+    run_reference,
+)
+from vllm.config import CUDAGraphMode
+from vllm.platforms import current_platform
+from vllm.v1.attention.backends.utils import NULL_BLOCK_ID
+
+pytestmark = [
+    pytest.mark.hybrid_model,
+    pytest.mark.skipif(
+        not current_platform.is_cuda(), reason="CUDA graphs need a CUDA GPU"
+    ),
+]
+
+GRAPH_CASES = [
+    "diag-tied-rho0.5-d48",
+    "diag-untied-rhonull-d37",
+    "head-tied-rho0.5-h4",
+    "head-untied-rhonull-h2",
+]
+# Cases also compared with an eager engine of the same checkpoint.
+EAGER_CASES = ["diag-tied-rho0.5-d48", "head-untied-rhonull-h2"]
+# Five prompts decode as a batch of 5, padded to 8: three null rows.
+CAPTURE_SIZES = [1, 2, 4, 8]
+SENTINEL = 1234.5
+# Eager vs graphs: the same kernels; compiled pieces may reassociate float32.
+GRAPH_LOGPROB_ATOL = 1e-4
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> dict[str, dict]:
+    return run_reference(tmp_path_factory, [*GRAPH_CASES, BF16_CASE])
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _in_process_engine():
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        yield
+
+
+def _graph_llm(model: str, mode: str | None, **kwargs):
+    compilation = {"cudagraph_capture_sizes": CAPTURE_SIZES}
+    if mode is not None:
+        compilation["cudagraph_mode"] = mode
+    return _llm(
+        model,
+        enforce_eager=False,
+        max_num_seqs=8,
+        compilation_config=compilation,
+        **kwargs,
+    )
+
+
+def _instrument(model) -> None:
+    """Sentinel in every null page; count eager decode-only mixer calls."""
+    for layer in model.model.layers:
+        mixer = layer.mixer
+        mixer.kv_cache[0][NULL_BLOCK_ID].fill_(SENTINEL)
+        mixer.eager_decode_calls = 0
+        impl = type(mixer).forward_impl
+
+        def counted(gates, output, mixer=mixer, impl=impl):
+            from vllm.forward_context import get_forward_context
+
+            meta = get_forward_context().attn_metadata
+            layer_meta = meta.get(mixer.prefix) if isinstance(meta, dict) else None
+            if layer_meta is not None and layer_meta.num_prefills == 0:
+                mixer.eager_decode_calls += 1
+            impl(mixer, gates, output)
+
+        mixer.forward_impl = counted
+
+
+def _inspect(model) -> list[dict]:
+    return [
+        {
+            "null_page_intact": bool(
+                (layer.mixer.kv_cache[0][NULL_BLOCK_ID] == SENTINEL).all()
+            ),
+            "eager_decode_calls": layer.mixer.eager_decode_calls,
+            "state_dtype": layer.mixer.kv_cache[0].dtype,
+        }
+        for layer in model.model.layers
+    ]
+
+
+def _run_instrumented(llm, prompts):
+    llm.apply_model(_instrument)
+    outs = _generate(llm, prompts, logprobs=True)
+    return outs, llm.apply_model(_inspect)[0]
+
+
+def _assert_match_reference(outs, ref, where: str) -> None:
+    for i, out in enumerate(outs):
+        tag = f"{where} prompt {i}"
+        assert list(out.outputs[0].token_ids) == ref["tokens"][i], tag
+        _assert_logprobs_close(
+            out.prompt_logprobs[1:], ref["prompt_logprobs"][i], 1e-3, tag
+        )
+        _assert_logprobs_close(
+            out.outputs[0].logprobs, ref["gen_logprobs"][i], 1e-3, tag
+        )
+
+
+def _assert_match_eager(outs, eager, where: str) -> None:
+    for i, (got, want) in enumerate(zip(outs, eager, strict=True)):
+        tag = f"{where} prompt {i}"
+        assert list(got.outputs[0].token_ids) == list(want.outputs[0].token_ids), tag
+        pairs = [
+            *zip(got.prompt_logprobs[1:], want.prompt_logprobs[1:], strict=True),
+            *zip(got.outputs[0].logprobs, want.outputs[0].logprobs, strict=True),
+        ]
+        for pos, (lp_g, lp_w) in enumerate(pairs):
+            for tok, entry in lp_w.items():
+                if tok in lp_g:
+                    diff = abs(lp_g[tok].logprob - entry.logprob)
+                    assert diff <= GRAPH_LOGPROB_ATOL, f"{tag} pos {pos}: {diff}"
+
+
+@pytest.fixture(scope="module")
+def eager_outputs(reference) -> dict[str, list]:
+    outputs = {}
+    for case in EAGER_CASES:
+        ref = reference[case]
+        llm = _llm(ref["out_dir"], max_num_seqs=8)
+        try:
+            outputs[case] = _generate(llm, ref["prompts"], logprobs=True)
+        finally:
+            _close(llm)
+    return outputs
+
+
+@pytest.mark.parametrize("case", GRAPH_CASES)
+def test_default_full_and_piecewise_graphs(reference, eager_outputs, case):
+    """CUDA graphs are on by default, with full graphs for decode batches."""
+    ref = reference[case]
+    llm = _graph_llm(ref["out_dir"], mode=None)
+    try:
+        mode = llm.llm_engine.vllm_config.compilation_config.cudagraph_mode
+        outs, layers = _run_instrumented(llm, ref["prompts"])
+    finally:
+        _close(llm)
+    assert mode == CUDAGraphMode.FULL_AND_PIECEWISE
+    _assert_match_reference(outs, ref, f"{case} full graphs")
+    if case in eager_outputs:
+        _assert_match_eager(outs, eager_outputs[case], f"{case} full graphs")
+    for i, layer in enumerate(layers):
+        assert layer["null_page_intact"], f"layer {i}: a padded row wrote its page"
+        assert layer["eager_decode_calls"] == 0, f"layer {i}: decode ran eagerly"
+
+
+def test_piecewise_graphs(reference, eager_outputs):
+    case = "head-untied-rhonull-h2"
+    ref = reference[case]
+    llm = _graph_llm(ref["out_dir"], mode="PIECEWISE")
+    try:
+        mode = llm.llm_engine.vllm_config.compilation_config.cudagraph_mode
+        outs, layers = _run_instrumented(llm, ref["prompts"])
+    finally:
+        _close(llm)
+    assert mode == CUDAGraphMode.PIECEWISE
+    _assert_match_reference(outs, ref, f"{case} piecewise")
+    _assert_match_eager(outs, eager_outputs[case], f"{case} piecewise")
+    # Piecewise: the op runs eagerly between the captured pieces.
+    assert all(layer["eager_decode_calls"] > 0 for layer in layers)
+
+
+def test_bf16_weights_fp32_state_with_graphs(reference):
+    ref = reference[BF16_CASE]
+    llm = _graph_llm(ref["out_dir"], mode=None, dtype="bfloat16")
+    try:
+        outs, layers = _run_instrumented(llm, ref["prompts"])
+    finally:
+        _close(llm)
+    assert all(layer["state_dtype"] == torch.float32 for layer in layers)
+    assert all(layer["null_page_intact"] for layer in layers)
+    diffs = []
+    for i, out in enumerate(outs):
+        for got, want in zip(out.prompt_logprobs[1:], ref["prompt_logprobs"][i]):
+            assert want["token"] in got
+            diffs.append(abs(got[want["token"]].logprob - want["logprob"]))
+    assert max(diffs) < 0.25, max(diffs)
+    assert sum(diffs) / len(diffs) < 0.03, sum(diffs) / len(diffs)

@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM project
+#
+# The ParaSLSTM series in vLLM 0.32.0 on the GPU machine (device tool), in
+# stages; docs/gpu.md has the calls. Runs from the repo root there. Logs go
+# to $OUT (the device tool's return folder) when it is set, else ./out/gpu.
+#
+#   a         unpack .gpuvllm/a (the kernel library) into /tmp/site
+#   b         unpack .gpuvllm/b (the rest of vLLM) there, install the series
+#             (paraslstm_series.tar, checked against the pristine files)
+#   tests     pytest on the GPU: kernels, model tests, CUDA graph tests and,
+#             with two GPUs, tensor/pipeline parallel tests
+#   bench S   benchmarks/paraslstm/benchmark_engine_gpu.py --suite S
+#   benchpair S1 S2   suite S1 on GPU 0 and S2 on GPU 1, at the same time
+#   newton    the Newton kernel benchmark (sequential, Newton, auto)
+#
+# Several stages may be given: `device.sh b tests bench small`.
+set -uo pipefail
+
+SITE=/tmp/site
+CARRY="${PARASLSTM_GPU_CARRY:-.gpuvllm}"
+LOGS="${OUT:-out/gpu}"
+mkdir -p "$LOGS"
+export PYTHONPATH="$SITE:$PWD" PYTHONUNBUFFERED=1
+export VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+export PARASLSTM_REF_CACHE="$PWD/$CARRY/b/refcache"
+export PARASLSTM_KJV_MODEL="$PWD/examples/paraslstm-kjv"
+STATUS=0
+
+note() { echo "=== [$(date +%H:%M:%S)] $*"; }
+need_site() { [[ -f $SITE/.b_ok ]] || { echo "device.sh: no vLLM in $SITE (run a, b)"; exit 3; }; }
+
+run_pytest() {  # name, timeout, pytest args...
+    local name=$1 limit=$2
+    shift 2
+    note "pytest $name"
+    timeout "$limit" python3 -m pytest -p no:cacheprovider -q -rs --durations=8 "$@" 2>&1 \
+        | tee "$LOGS/$name.log" | tail -n 40
+    local rc=${PIPESTATUS[0]}
+    note "pytest $name: rc=$rc"
+    [[ $rc == 0 ]] || STATUS=1
+}
+
+bench() {  # suite
+    note "bench $1"
+    VLLM_ENABLE_V1_MULTIPROCESSING=0 timeout 570 python3 \
+        benchmarks/paraslstm/benchmark_engine_gpu.py --suite "$1" \
+        --json "$LOGS/bench-$1.jsonl" --profile "$LOGS/profile" \
+        >"$LOGS/bench-$1.log" 2>&1
+    local rc=$?
+    grep -v "^INFO\|^WARNING\|^(EngineCore\|^DEBUG" "$LOGS/bench-$1.log" | tail -n 40
+    note "bench $1: rc=$rc"
+    return $rc
+}
+
+while [[ $# -gt 0 ]]; do
+    stage=$1
+    shift
+    case $stage in
+    a)
+        rm -rf $SITE && mkdir -p $SITE
+        tar -xJf "$CARRY/a/vllm_c.tar.xz" -C $SITE && touch $SITE/.a_ok
+        note "a: unpacked"
+        ;;
+    b)
+        [[ -f $SITE/.a_ok ]] || { echo "device.sh: stage a missing"; exit 3; }
+        tar -xJf "$CARRY/b/vllm_rest.tar.xz" -C $SITE || exit 3
+        python3 tools/paraslstm/gpu/install_series.py $SITE \
+            "$CARRY/b/paraslstm_series.tar" || exit 3
+        python3 -c "import vllm, torch, triton; \
+from vllm.model_executor.models.paraslstm import ParaSLSTMForCausalLM; \
+print('vllm', vllm.__version__, 'torch', torch.__version__, \
+'triton', triton.__version__, 'gpus', torch.cuda.device_count())" || exit 3
+        touch $SITE/.b_ok
+        nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv
+        ;;
+    tests)
+        need_site
+        gpus=$(python3 -c "import torch; print(torch.cuda.device_count())")
+        # The kernel tests on the last GPU, beside the model tests on GPU 0.
+        (CUDA_VISIBLE_DEVICES=$((gpus - 1)) run_pytest kernels 500 tests/kernels/mamba \
+            >"$LOGS/kernels.out" 2>&1) &
+        kernels=$!
+        CUDA_VISIBLE_DEVICES=0 run_pytest models 560 \
+            tests/models/language/generation/test_paraslstm.py \
+            tests/models/language/generation/test_paraslstm_cuda_graph.py \
+            tests/models/language/generation/test_paraslstm_robustness.py
+        wait $kernels || STATUS=1
+        cat "$LOGS/kernels.out"
+        grep -q "rc=0" "$LOGS/kernels.out" || STATUS=1
+        ;;
+    parallel)
+        need_site
+        run_pytest parallel 500 tests/models/language/generation/test_paraslstm_parallel.py
+        ;;
+    bench)
+        need_site
+        bench "$1" || STATUS=1
+        shift
+        ;;
+    benchpair)
+        need_site
+        s1=$1 s2=$2
+        shift 2
+        (CUDA_VISIBLE_DEVICES=1 bench "$s2" >"$LOGS/bench-$s2.out" 2>&1) &
+        other=$!
+        CUDA_VISIBLE_DEVICES=0 bench "$s1"
+        wait $other || STATUS=1
+        cat "$LOGS/bench-$s2.out"
+        ;;
+    newton)
+        need_site
+        note "newton benchmark"
+        timeout 300 python3 benchmarks/kernels/benchmark_paraslstm_newton.py \
+            2>&1 | tee "$LOGS/newton.log" | tail -n 40
+        [[ ${PIPESTATUS[0]} == 0 ]] || STATUS=1
+        ;;
+    *)
+        echo "device.sh: unknown stage $stage"
+        exit 2
+        ;;
+    esac
+done
+note "done: status $STATUS"
+exit $STATUS
