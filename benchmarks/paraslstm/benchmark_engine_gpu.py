@@ -134,6 +134,10 @@ def _timed(llm, prompts, max_tokens: int, repeats: int) -> float:
     return best
 
 
+def _count_params(worker) -> int:
+    return sum(p.numel() for p in worker.get_model().parameters())
+
+
 def _force_newton(model) -> None:
     from vllm.model_executor.layers.mamba.ops import paraslstm_newton
 
@@ -181,7 +185,7 @@ def run_one(name: str, config: dict, tp: int, args) -> dict:
             seed=0,
         )
         startup = time.perf_counter() - t0
-        params = llm.apply_model(lambda m: sum(p.numel() for p in m.parameters()))
+        params = llm.collective_rpc(_count_params)
         res = {
             "name": name,
             "tp": tp,
@@ -200,7 +204,7 @@ def run_one(name: str, config: dict, tp: int, args) -> dict:
         res["decode1_ms_per_tok"] = 1000 * t / 256
         t = _timed(llm, _prompts(32, 2048, 3), 1, r)
         res["prefill32x2k_tok_s"] = 32 * 2048 / t
-        if not args.no_long:
+        if not args.no_long and args.suite != "tp":
             t = _timed(llm, _prompts(1, 32768, 4), 1, r)
             res["prefill1x32k_tok_s"] = 32768 / t
             if name.startswith("paraslstm") and tp == 1:

@@ -188,7 +188,10 @@ def test_newton_adversarial(case):
     torch.testing.assert_close(
         g[:, 0] / g[:, 1], w[:, 0] / w[:, 1], atol=tol, rtol=1e-5
     )
-    torch.testing.assert_close(g[:, 2], w[:, 2], atol=1e-3, rtol=1e-5)
+    # m (the stabilizer, a running max of summed log gates) is held to the
+    # sequential kernel's own float32 drift in m, as h is above.
+    eps_m = (s_seq[used, 2].double() - w[:, 2]).abs().max().item()
+    torch.testing.assert_close(g[:, 2], w[:, 2], atol=1e-3 + 10 * eps_m, rtol=1e-5)
 
 
 def test_fallback_forced():

@@ -9,8 +9,11 @@
 #   a         unpack .gpuvllm/a (the kernel library) into /tmp/site
 #   b         unpack .gpuvllm/b (the rest of vLLM) there, install the series
 #             (paraslstm_series.tar, checked against the pristine files)
-#   tests     pytest on the GPU: kernels, model tests, CUDA graph tests and,
-#             with two GPUs, tensor/pipeline parallel tests
+#   tests     pytest on the GPU: kernels (on the last GPU), model and CUDA
+#             graph tests (GPU 0). The reference outputs come from the cache
+#             .gpuvllm/ref (PARASLSTM_REF_CACHE; pararnn-torch is not there)
+#   parallel  the tensor/pipeline-parallel tests (two GPUs)
+#   only "A"  pytest A (a space-separated selection) on GPU 0
 #   bench S   benchmarks/paraslstm/benchmark_engine_gpu.py --suite S
 #   benchpair S1 S2   suite S1 on GPU 0 and S2 on GPU 1, at the same time
 #   newton    the Newton kernel benchmark (sequential, Newton, auto)
@@ -24,7 +27,7 @@ LOGS="${OUT:-out/gpu}"
 mkdir -p "$LOGS"
 export PYTHONPATH="$SITE:$PWD" PYTHONUNBUFFERED=1
 export VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-export PARASLSTM_REF_CACHE="$PWD/$CARRY/b/refcache"
+export PARASLSTM_REF_CACHE="$PWD/$CARRY/ref"
 export PARASLSTM_KJV_MODEL="$PWD/examples/paraslstm-kjv"
 STATUS=0
 
@@ -92,7 +95,13 @@ print('vllm', vllm.__version__, 'torch', torch.__version__, \
         ;;
     parallel)
         need_site
-        run_pytest parallel 500 tests/models/language/generation/test_paraslstm_parallel.py
+        run_pytest parallel 400 tests/models/language/generation/test_paraslstm_parallel.py
+        ;;
+    only)
+        need_site
+        read -r -a selection <<<"$1"
+        shift
+        CUDA_VISIBLE_DEVICES=0 run_pytest only 500 "${selection[@]}"
         ;;
     bench)
         need_site

@@ -538,5 +538,6 @@ def test_cache_state_dtype(reference, weights, cache_kwargs, state_dtype):
         # Measured: max 0.16, mean 0.031.
         assert err.max() < 0.3 and err.mean() < 0.05, (err.max(), err.mean())
     else:
-        # Measured: max 0.30, mean 0.040.
-        assert 0.01 < err.mean() < 0.1, err.mean()
+        # Measured: max 0.30, mean 0.040 (CPU); mean 0.0043 (H200, Triton).
+        # A float32 state: mean ~1e-5.
+        assert 1e-3 < err.mean() < 0.1, err.mean()
