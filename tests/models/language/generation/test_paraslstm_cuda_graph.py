@@ -20,6 +20,8 @@ from tests.models.language.generation.test_paraslstm import (
     _close,
     _generate,
     _llm,
+    assert_bf16_prompt_logprobs_close,
+    assert_engines_agree,
     run_reference,
 )
 from vllm.config import CUDAGraphMode
@@ -60,19 +62,6 @@ def _in_process_engine():
         yield
 
 
-def _graph_llm(model: str, mode: str | None, **kwargs):
-    compilation = {"cudagraph_capture_sizes": CAPTURE_SIZES}
-    if mode is not None:
-        compilation["cudagraph_mode"] = mode
-    return _llm(
-        model,
-        enforce_eager=False,
-        max_num_seqs=8,
-        compilation_config=compilation,
-        **kwargs,
-    )
-
-
 def _instrument(model) -> None:
     """Sentinel in every null page; count eager decode-only mixer calls."""
     for layer in model.model.layers:
@@ -106,10 +95,28 @@ def _inspect(model) -> list[dict]:
     ]
 
 
-def _run_instrumented(llm, prompts):
-    llm.apply_model(_instrument)
-    outs = _generate(llm, prompts, logprobs=True)
-    return outs, llm.apply_model(_inspect)[0]
+def _graph_run(ref: dict, mode: str | None, **kwargs):
+    """Generate the reference prompts on an instrumented engine with graphs
+    (`mode=None`: vLLM's default); returns the resolved graph mode, the
+    outputs and the per-layer findings."""
+    compilation = {"cudagraph_capture_sizes": CAPTURE_SIZES}
+    if mode is not None:
+        compilation["cudagraph_mode"] = mode
+    llm = _llm(
+        ref["out_dir"],
+        enforce_eager=False,
+        max_num_seqs=8,
+        compilation_config=compilation,
+        **kwargs,
+    )
+    try:
+        resolved = llm.llm_engine.vllm_config.compilation_config.cudagraph_mode
+        llm.apply_model(_instrument)
+        outs = _generate(llm, ref["prompts"], logprobs=True)
+        layers = llm.apply_model(_inspect)[0]
+    finally:
+        _close(llm)
+    return resolved, outs, layers
 
 
 def _assert_match_reference(outs, ref, where: str) -> None:
@@ -122,21 +129,6 @@ def _assert_match_reference(outs, ref, where: str) -> None:
         _assert_logprobs_close(
             out.outputs[0].logprobs, ref["gen_logprobs"][i], 1e-3, tag
         )
-
-
-def _assert_match_eager(outs, eager, where: str) -> None:
-    for i, (got, want) in enumerate(zip(outs, eager, strict=True)):
-        tag = f"{where} prompt {i}"
-        assert list(got.outputs[0].token_ids) == list(want.outputs[0].token_ids), tag
-        pairs = [
-            *zip(got.prompt_logprobs[1:], want.prompt_logprobs[1:], strict=True),
-            *zip(got.outputs[0].logprobs, want.outputs[0].logprobs, strict=True),
-        ]
-        for pos, (lp_g, lp_w) in enumerate(pairs):
-            for tok, entry in lp_w.items():
-                if tok in lp_g:
-                    diff = abs(lp_g[tok].logprob - entry.logprob)
-                    assert diff <= GRAPH_LOGPROB_ATOL, f"{tag} pos {pos}: {diff}"
 
 
 @pytest.fixture(scope="module")
@@ -156,16 +148,13 @@ def eager_outputs(reference) -> dict[str, list]:
 def test_default_full_and_piecewise_graphs(reference, eager_outputs, case):
     """CUDA graphs are on by default, with full graphs for decode batches."""
     ref = reference[case]
-    llm = _graph_llm(ref["out_dir"], mode=None)
-    try:
-        mode = llm.llm_engine.vllm_config.compilation_config.cudagraph_mode
-        outs, layers = _run_instrumented(llm, ref["prompts"])
-    finally:
-        _close(llm)
+    mode, outs, layers = _graph_run(ref, mode=None)
     assert mode == CUDAGraphMode.FULL_AND_PIECEWISE
     _assert_match_reference(outs, ref, f"{case} full graphs")
     if case in eager_outputs:
-        _assert_match_eager(outs, eager_outputs[case], f"{case} full graphs")
+        assert_engines_agree(
+            outs, eager_outputs[case], GRAPH_LOGPROB_ATOL, f"{case} full graphs"
+        )
     for i, layer in enumerate(layers):
         assert layer["null_page_intact"], f"layer {i}: a padded row wrote its page"
         assert layer["eager_decode_calls"] == 0, f"layer {i}: decode ran eagerly"
@@ -174,32 +163,19 @@ def test_default_full_and_piecewise_graphs(reference, eager_outputs, case):
 def test_piecewise_graphs(reference, eager_outputs):
     case = "head-untied-rhonull-h2"
     ref = reference[case]
-    llm = _graph_llm(ref["out_dir"], mode="PIECEWISE")
-    try:
-        mode = llm.llm_engine.vllm_config.compilation_config.cudagraph_mode
-        outs, layers = _run_instrumented(llm, ref["prompts"])
-    finally:
-        _close(llm)
+    mode, outs, layers = _graph_run(ref, mode="PIECEWISE")
     assert mode == CUDAGraphMode.PIECEWISE
     _assert_match_reference(outs, ref, f"{case} piecewise")
-    _assert_match_eager(outs, eager_outputs[case], f"{case} piecewise")
+    assert_engines_agree(
+        outs, eager_outputs[case], GRAPH_LOGPROB_ATOL, f"{case} piecewise"
+    )
     # Piecewise: the op runs eagerly between the captured pieces.
     assert all(layer["eager_decode_calls"] > 0 for layer in layers)
 
 
 def test_bf16_weights_fp32_state_with_graphs(reference):
     ref = reference[BF16_CASE]
-    llm = _graph_llm(ref["out_dir"], mode=None, dtype="bfloat16")
-    try:
-        outs, layers = _run_instrumented(llm, ref["prompts"])
-    finally:
-        _close(llm)
+    _, outs, layers = _graph_run(ref, mode=None, dtype="bfloat16")
     assert all(layer["state_dtype"] == torch.float32 for layer in layers)
     assert all(layer["null_page_intact"] for layer in layers)
-    diffs = []
-    for i, out in enumerate(outs):
-        for got, want in zip(out.prompt_logprobs[1:], ref["prompt_logprobs"][i]):
-            assert want["token"] in got
-            diffs.append(abs(got[want["token"]].logprob - want["logprob"]))
-    assert max(diffs) < 0.25, max(diffs)
-    assert sum(diffs) / len(diffs) < 0.05, sum(diffs) / len(diffs)
+    assert_bf16_prompt_logprobs_close(outs, ref)
