@@ -498,3 +498,57 @@ def test_decode_cuda_graph(impl, mix, num_heads):
     torch.testing.assert_close(
         state.double(), want_state, atol=2e-4, rtol=2e-4, equal_nan=True
     )
+
+
+@pytest.mark.parametrize("mix,num_heads", [("diag", 1), ("head", 8), ("head", 2)])
+@pytest.mark.parametrize("gate_dtype", [torch.float32, torch.bfloat16])
+def test_scan_warmup_covers_prefill_variants(mix, num_heads, gate_dtype):
+    """After the warm-up, prefill batches of one and of many sequences, with
+    and without initial states, compile nothing (natively: Triton's compile
+    hook sees no scan kernel after the warm-up, and sees the warm-up compile
+    once the kernels' in-memory caches are cleared)."""
+    if "triton" not in IMPLS:
+        pytest.skip("Triton ops unavailable")
+    from vllm.model_executor.layers.mamba.ops import paraslstm as ops
+    from vllm.triton_utils import triton
+
+    knobs = triton.knobs
+
+    device, scan, _ = IMPLS["triton"]
+    native = device == "cuda"
+    if not native and (mix, gate_dtype) != ("diag", torch.float32):
+        pytest.skip("interpreter: one case (it only checks that the warm-up runs)")
+    d = 256 if native else 32
+    rec = _recurrent(mix, d, num_heads, 0.5).to(device)
+    kernels = [
+        ops._scan_diag_kernel,
+        ops._scan_head_kernel,
+        ops._scan_head_batched_kernel,
+        ops._scan_head_wide_kernel,
+    ]
+    for kernel in kernels:
+        getattr(kernel, "device_caches", {}).clear()
+    events: list[str] = []
+    previous = knobs.runtime.jit_post_compile_hook
+
+    def record(**kwargs):
+        events.append(getattr(kwargs.get("fn"), "name", "?"))
+
+    knobs.runtime.jit_post_compile_hook = record
+    try:
+        ops.paraslstm_scan_warmup(rec, gate_dtype, torch.float32)
+        warmup_events = list(events)
+        events.clear()
+        for lens in ([37], [3] * (400 if native else 10)):
+            qsl = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()])
+            gates = torch.randn(sum(lens), 4 * d).to(device, gate_dtype)
+            pages = _pages(len(lens) + 1, d).to(device)
+            idx = torch.arange(1, len(lens) + 1, dtype=torch.int32, device=device)
+            out = torch.empty(sum(lens), d, dtype=gate_dtype, device=device)
+            for init in (None, torch.ones(len(lens), dtype=torch.bool, device=device)):
+                scan(gates, rec, pages, qsl.int().to(device), idx, init, out)
+    finally:
+        knobs.runtime.jit_post_compile_hook = previous
+    if native:
+        assert warmup_events, "the warm-up compiled nothing: cache not cleared?"
+        assert events == [], f"compiled after the warm-up: {events}"

@@ -104,6 +104,7 @@ class ParaSLSTMMixer(MambaBase, PluggableLayer):
             raise ValueError(f"Duplicate layer name: {prefix}")
         compilation_config.static_forward_context[prefix] = self
         self.kv_cache = (torch.tensor([]),)
+        self._prefill_kernels_warmed_up = False
 
         self.model_config = model_config
         self.cache_config = cache_config
@@ -140,6 +141,7 @@ class ParaSLSTMMixer(MambaBase, PluggableLayer):
         attn_metadata_raw = forward_context.attn_metadata
         if attn_metadata_raw is None:
             # Profile run: no state pages are bound yet.
+            self._warmup_prefill_kernels(gates.dtype)
             output.zero_()
             return
         assert isinstance(attn_metadata_raw, dict)
@@ -190,6 +192,20 @@ class ParaSLSTMMixer(MambaBase, PluggableLayer):
                 attn_metadata.has_initial_states_p,
                 output[num_decodes:end],
             )
+
+    def _warmup_prefill_kernels(self, gate_dtype: torch.dtype) -> None:
+        """JIT-compile the prefill kernels in the profile run, so that no
+        request waits for Triton (decode kernels compile at graph capture)."""
+        if self._prefill_kernels_warmed_up or current_platform.is_cpu():
+            return
+        self._prefill_kernels_warmed_up = True
+        from vllm.model_executor.layers.mamba.ops.paraslstm import (
+            paraslstm_scan_warmup,
+        )
+
+        paraslstm_scan_warmup(
+            self.recurrent_weight, gate_dtype, self.get_state_dtype()[0]
+        )
 
     @staticmethod
     def _state_dtype(

@@ -795,6 +795,30 @@ def _launch_update_head(
     )
 
 
+# Sequences of the many-sequence warm-up: past the thresholds of both the
+# diag (264 programs) and the head (384 pairs) kernel choices.
+_WARMUP_MANY_SEQS = 384
+
+
+def paraslstm_scan_warmup(
+    recurrent: torch.Tensor, gate_dtype: torch.dtype, state_dtype: torch.dtype
+) -> None:
+    """Compile every prefill kernel variant that a batch can select (one and
+    many sequences, with and without initial states) before the first
+    request. All rows are padding: no state page is read or written."""
+    d = recurrent.shape[1] * (recurrent.shape[2] if recurrent.dim() == 4 else 1)
+    device = recurrent.device
+    state = torch.zeros(1, 4, d, dtype=state_dtype, device=device)
+    for num_seqs in (1, _WARMUP_MANY_SEQS):
+        gates = torch.zeros(num_seqs, 4 * d, dtype=gate_dtype, device=device)
+        out = torch.empty(num_seqs, d, dtype=gate_dtype, device=device)
+        qsl = torch.arange(num_seqs + 1, dtype=torch.int32, device=device)
+        idx = torch.full((num_seqs,), NULL_BLOCK_ID, dtype=torch.int32, device=device)
+        init = torch.ones(num_seqs, dtype=torch.bool, device=device)
+        for has_init in (None, init):
+            paraslstm_scan(gates, recurrent, state, qsl, idx, has_init, out)
+
+
 def paraslstm_scan(
     gates: torch.Tensor,
     recurrent: torch.Tensor,
