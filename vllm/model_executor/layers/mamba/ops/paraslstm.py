@@ -46,6 +46,27 @@ def _use_pdl(device: torch.device) -> bool:
 
 
 @triton.jit
+def _load_state(s, stride_slot, mask):
+    """``(c, n, m, h)`` of a state page (slots ``stride_slot`` apart), as
+    float32."""
+    c = tl.load(s, mask=mask, other=0.0).to(tl.float32)
+    n = tl.load(s + stride_slot, mask=mask, other=0.0).to(tl.float32)
+    m = tl.load(s + 2 * stride_slot, mask=mask, other=0.0).to(tl.float32)
+    h = tl.load(s + 3 * stride_slot, mask=mask, other=0.0).to(tl.float32)
+    return c, n, m, h
+
+
+@triton.jit
+def _store_state(s, stride_slot, mask, c, n, m, h):
+    """Write ``(c, n, m, h)`` to a state page in the page's dtype."""
+    sty = s.dtype.element_ty
+    tl.store(s, c.to(sty), mask=mask)
+    tl.store(s + stride_slot, n.to(sty), mask=mask)
+    tl.store(s + 2 * stride_slot, m.to(sty), mask=mask)
+    tl.store(s + 3 * stride_slot, h.to(sty), mask=mask)
+
+
+@triton.jit
 def _slstm_cell(z_i, z_f, z_z, z_o, c, n, m):
     """One stabilized sLSTM cell update, elementwise in float32."""
     m_f = z_f + m
@@ -101,19 +122,12 @@ def _update_diag_kernel(
     r_o = tl.load(r + 3 * stride_r_gate, mask=mask, other=0.0).to(tl.float32)
 
     s = state_ptr + page * stride_s_blk + offs * stride_s_ch
-    c = tl.load(s, mask=smask, other=0.0).to(tl.float32)
-    n = tl.load(s + stride_s_slot, mask=smask, other=0.0).to(tl.float32)
-    m = tl.load(s + 2 * stride_s_slot, mask=smask, other=0.0).to(tl.float32)
-    h = tl.load(s + 3 * stride_s_slot, mask=smask, other=0.0).to(tl.float32)
+    c, n, m, h = _load_state(s, stride_s_slot, smask)
 
     c, n, m, h = _slstm_cell(
         z_i + r_i * h, z_f + r_f * h, z_z + r_z * h, z_o + r_o * h, c, n, m
     )
-    sty = state_ptr.dtype.element_ty
-    tl.store(s, c.to(sty), mask=smask)
-    tl.store(s + stride_s_slot, n.to(sty), mask=smask)
-    tl.store(s + 2 * stride_s_slot, m.to(sty), mask=smask)
-    tl.store(s + 3 * stride_s_slot, h.to(sty), mask=smask)
+    _store_state(s, stride_s_slot, smask, c, n, m, h)
     o = out_ptr + row.to(tl.int64) * stride_o_tok + offs * stride_o_ch
     tl.store(o, tl.where(valid, h, 0.0).to(out_ptr.dtype.element_ty), mask=mask)
 
@@ -202,11 +216,7 @@ def _update_head_kernel(
     n = tl.load(s + stride_s_slot, mask=smask, other=0.0).to(tl.float32)
     m = tl.load(s + 2 * stride_s_slot, mask=smask, other=0.0).to(tl.float32)
     c, n, m, h = _slstm_cell(z_i, z_f, z_z, z_o, c, n, m)
-    sty = state_ptr.dtype.element_ty
-    tl.store(s, c.to(sty), mask=smask)
-    tl.store(s + stride_s_slot, n.to(sty), mask=smask)
-    tl.store(s + 2 * stride_s_slot, m.to(sty), mask=smask)
-    tl.store(s + 3 * stride_s_slot, h.to(sty), mask=smask)
+    _store_state(s, stride_s_slot, smask, c, n, m, h)
     o = out_ptr + rows.to(tl.int64)[:, None] * stride_o_tok + ch[None, :] * stride_o_ch
     h = tl.where(valid[:, None], h, 0.0)
     tl.store(o, h.to(out_ptr.dtype.element_ty), mask=mask)
@@ -249,10 +259,7 @@ def _scan_diag_kernel(
         lmask = lmask & (tl.load(init_ptr + seq) != 0)
 
     s = state_ptr + page * stride_s_blk + offs * stride_s_ch
-    c = tl.load(s, mask=lmask, other=0.0).to(tl.float32)
-    n = tl.load(s + stride_s_slot, mask=lmask, other=0.0).to(tl.float32)
-    m = tl.load(s + 2 * stride_s_slot, mask=lmask, other=0.0).to(tl.float32)
-    h = tl.load(s + 3 * stride_s_slot, mask=lmask, other=0.0).to(tl.float32)
+    c, n, m, h = _load_state(s, stride_s_slot, lmask)
     r = rec_ptr + offs * stride_r_ch
     r_i = tl.load(r, mask=mask, other=0.0).to(tl.float32)
     r_f = tl.load(r + stride_r_gate, mask=mask, other=0.0).to(tl.float32)
@@ -274,11 +281,7 @@ def _scan_diag_kernel(
         g += stride_g_tok
         o += stride_o_tok
 
-    sty = state_ptr.dtype.element_ty
-    tl.store(s, c.to(sty), mask=smask)
-    tl.store(s + stride_s_slot, n.to(sty), mask=smask)
-    tl.store(s + 2 * stride_s_slot, m.to(sty), mask=smask)
-    tl.store(s + 3 * stride_s_slot, h.to(sty), mask=smask)
+    _store_state(s, stride_s_slot, smask, c, n, m, h)
 
 
 @triton.jit
@@ -323,10 +326,7 @@ def _scan_head_kernel(
         lmask = lmask & (tl.load(init_ptr + seq) != 0)
 
     s = state_ptr + page * stride_s_blk + ch * stride_s_ch
-    c = tl.load(s, mask=lmask, other=0.0).to(tl.float32)
-    n = tl.load(s + stride_s_slot, mask=lmask, other=0.0).to(tl.float32)
-    m = tl.load(s + 2 * stride_s_slot, mask=lmask, other=0.0).to(tl.float32)
-    h = tl.load(s + 3 * stride_s_slot, mask=lmask, other=0.0).to(tl.float32)
+    c, n, m, h = _load_state(s, stride_s_slot, lmask)
 
     r = (
         rec_ptr
@@ -358,11 +358,7 @@ def _scan_head_kernel(
         g += stride_g_tok
         o += stride_o_tok
 
-    sty = state_ptr.dtype.element_ty
-    tl.store(s, c.to(sty), mask=smask)
-    tl.store(s + stride_s_slot, n.to(sty), mask=smask)
-    tl.store(s + 2 * stride_s_slot, m.to(sty), mask=smask)
-    tl.store(s + 3 * stride_s_slot, h.to(sty), mask=smask)
+    _store_state(s, stride_s_slot, smask, c, n, m, h)
 
 
 @triton.jit
@@ -417,10 +413,7 @@ def _scan_head_batched_kernel(
     lmask = init[:, None] & e_mask[None, :]
 
     s = state_ptr + pages[:, None] * stride_s_blk + ch[None, :] * stride_s_ch
-    c = tl.load(s, mask=lmask, other=0.0).to(tl.float32)
-    n = tl.load(s + stride_s_slot, mask=lmask, other=0.0).to(tl.float32)
-    m = tl.load(s + 2 * stride_s_slot, mask=lmask, other=0.0).to(tl.float32)
-    h = tl.load(s + 3 * stride_s_slot, mask=lmask, other=0.0).to(tl.float32)
+    c, n, m, h = _load_state(s, stride_s_slot, lmask)
     r = (
         rec_ptr
         + head * stride_r_head
@@ -458,11 +451,7 @@ def _scan_head_batched_kernel(
         g += stride_g_tok
         o += stride_o_tok
 
-    sty = state_ptr.dtype.element_ty
-    tl.store(s, c.to(sty), mask=smask)
-    tl.store(s + stride_s_slot, n.to(sty), mask=smask)
-    tl.store(s + 2 * stride_s_slot, m.to(sty), mask=smask)
-    tl.store(s + 3 * stride_s_slot, h.to(sty), mask=smask)
+    _store_state(s, stride_s_slot, smask, c, n, m, h)
 
 
 @triton.jit
@@ -518,10 +507,7 @@ def _scan_head_wide_kernel(
     lmask = init[:, None] & e_mask[None, :]
 
     s = state_ptr + pages[:, None] * stride_s_blk + ch[None, :] * stride_s_ch
-    c = tl.load(s, mask=lmask, other=0.0).to(tl.float32)
-    n = tl.load(s + stride_s_slot, mask=lmask, other=0.0).to(tl.float32)
-    m = tl.load(s + 2 * stride_s_slot, mask=lmask, other=0.0).to(tl.float32)
-    h = tl.load(s + 3 * stride_s_slot, mask=lmask, other=0.0).to(tl.float32)
+    c, n, m, h = _load_state(s, stride_s_slot, lmask)
     k = tl.arange(0, BLOCK_K)
     h_base = state_ptr + pages[:, None] * stride_s_blk + 3 * stride_s_slot
     h_base += (head * head_dim + k[None, :]) * stride_s_ch
@@ -576,10 +562,7 @@ def _scan_head_wide_kernel(
         g += stride_g_tok
         o += stride_o_tok
 
-    tl.store(s, c.to(sty), mask=smask)
-    tl.store(s + stride_s_slot, n.to(sty), mask=smask)
-    tl.store(s + 2 * stride_s_slot, m.to(sty), mask=smask)
-    tl.store(s + 3 * stride_s_slot, h.to(sty), mask=smask)
+    _store_state(s, stride_s_slot, smask, c, n, m, h)
 
 
 def _update_torch(

@@ -40,7 +40,7 @@ sequential kernel up to well past the measured range.
 import torch
 
 from vllm.model_executor.layers.mamba.ops.cpu.paraslstm import check_scan_args
-from vllm.model_executor.layers.mamba.ops.paraslstm import paraslstm_scan
+from vllm.model_executor.layers.mamba.ops.paraslstm import _load_state, paraslstm_scan
 from vllm.triton_utils import tl, triton
 from vllm.v1.attention.backends.utils import NULL_BLOCK_ID
 
@@ -243,10 +243,7 @@ def _newton_diag_kernel(
         if HAS_INIT:
             lmask = lmask & (tl.load(init_ptr + seq) != 0)
         s = state_ptr + page * stride_s_blk + offs * stride_s_ch
-        c0 = tl.load(s, mask=lmask, other=0.0).to(tl.float32)
-        n0 = tl.load(s + stride_s_slot, mask=lmask, other=0.0).to(tl.float32)
-        m0 = tl.load(s + 2 * stride_s_slot, mask=lmask, other=0.0).to(tl.float32)
-        h0 = tl.load(s + 3 * stride_s_slot, mask=lmask, other=0.0).to(tl.float32)
+        c0, n0, m0, h0 = _load_state(s, stride_s_slot, lmask)
         r = rec_ptr + offs * stride_r_ch
         r_i = tl.load(r, mask=cmask, other=0.0).to(tl.float32)[None, :]
         r_f = tl.load(r + stride_r_gate, mask=cmask, other=0.0).to(tl.float32)[None, :]
