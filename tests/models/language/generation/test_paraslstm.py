@@ -164,6 +164,20 @@ def _assert_logprobs_close(vllm_lps, ref_entries, atol: float, where: str):
                 assert lp <= want["top"][-1][1] + atol, f"{where} pos {pos}"
 
 
+def assert_matches_reference(outs, ref: dict, where: str) -> None:
+    """pararnn-torch's greedy tokens, and its prompt and generation logprobs
+    (top-k included) within 1e-3."""
+    for i, out in enumerate(outs):
+        tag = f"{where} prompt {i}"
+        assert list(out.outputs[0].token_ids) == ref["tokens"][i], tag
+        _assert_logprobs_close(
+            out.prompt_logprobs[1:], ref["prompt_logprobs"][i], 1e-3, tag
+        )
+        _assert_logprobs_close(
+            out.outputs[0].logprobs, ref["gen_logprobs"][i], 1e-3, tag
+        )
+
+
 def assert_engines_agree(got, want, atol: float, where: str) -> None:
     """Two vLLM runs: the same greedy tokens, and every logprob both report
     (prompt and generated, top-k included) within `atol`."""
@@ -202,14 +216,7 @@ def test_greedy_tokens_and_logprobs_match_pararnn(reference, case):
         outs = _generate(llm, ref["prompts"], logprobs=True)
     finally:
         _close(llm)
-    for i, out in enumerate(outs):
-        assert list(out.outputs[0].token_ids) == ref["tokens"][i], f"prompt {i}"
-        _assert_logprobs_close(
-            out.prompt_logprobs[1:], ref["prompt_logprobs"][i], 1e-3, f"prompt {i}"
-        )
-        _assert_logprobs_close(
-            out.outputs[0].logprobs, ref["gen_logprobs"][i], 1e-3, f"gen {i}"
-        )
+    assert_matches_reference(outs, ref, case)
 
 
 def test_bf16_weights_fp32_state(reference):

@@ -16,15 +16,16 @@ import torch
 
 from tests.models.language.generation.test_paraslstm import (
     BF16_CASE,
-    _assert_logprobs_close,
     _close,
     _generate,
     _llm,
     assert_bf16_prompt_logprobs_close,
     assert_engines_agree,
+    assert_matches_reference,
     run_reference,
 )
 from vllm.config import CUDAGraphMode
+from vllm.forward_context import get_forward_context
 from vllm.platforms import current_platform
 from vllm.v1.attention.backends.utils import NULL_BLOCK_ID
 
@@ -71,8 +72,6 @@ def _instrument(model) -> None:
         impl = type(mixer).forward_impl
 
         def counted(gates, output, mixer=mixer, impl=impl):
-            from vllm.forward_context import get_forward_context
-
             meta = get_forward_context().attn_metadata
             layer_meta = meta.get(mixer.prefix) if isinstance(meta, dict) else None
             if layer_meta is not None and layer_meta.num_prefills == 0:
@@ -119,18 +118,6 @@ def _graph_run(ref: dict, mode: str | None, **kwargs):
     return resolved, outs, layers
 
 
-def _assert_match_reference(outs, ref, where: str) -> None:
-    for i, out in enumerate(outs):
-        tag = f"{where} prompt {i}"
-        assert list(out.outputs[0].token_ids) == ref["tokens"][i], tag
-        _assert_logprobs_close(
-            out.prompt_logprobs[1:], ref["prompt_logprobs"][i], 1e-3, tag
-        )
-        _assert_logprobs_close(
-            out.outputs[0].logprobs, ref["gen_logprobs"][i], 1e-3, tag
-        )
-
-
 @pytest.fixture(scope="module")
 def eager_outputs(reference) -> dict[str, list]:
     outputs = {}
@@ -150,7 +137,7 @@ def test_default_full_and_piecewise_graphs(reference, eager_outputs, case):
     ref = reference[case]
     mode, outs, layers = _graph_run(ref, mode=None)
     assert mode == CUDAGraphMode.FULL_AND_PIECEWISE
-    _assert_match_reference(outs, ref, f"{case} full graphs")
+    assert_matches_reference(outs, ref, f"{case} full graphs")
     if case in eager_outputs:
         assert_engines_agree(
             outs, eager_outputs[case], GRAPH_LOGPROB_ATOL, f"{case} full graphs"
@@ -165,7 +152,7 @@ def test_piecewise_graphs(reference, eager_outputs):
     ref = reference[case]
     mode, outs, layers = _graph_run(ref, mode="PIECEWISE")
     assert mode == CUDAGraphMode.PIECEWISE
-    _assert_match_reference(outs, ref, f"{case} piecewise")
+    assert_matches_reference(outs, ref, f"{case} piecewise")
     assert_engines_agree(
         outs, eager_outputs[case], GRAPH_LOGPROB_ATOL, f"{case} piecewise"
     )

@@ -38,9 +38,9 @@ from tests.models.language.generation.test_paraslstm import (
     MAX_NEW_TOKENS,
     NUM_LOGPROBS,
     PROMPTS,
-    _assert_logprobs_close,
     _config,
     assert_engines_agree,
+    assert_matches_reference,
 )
 from tests.models.language.generation.test_paraslstm import _llm as _base_llm
 from vllm import LLM, SamplingParams, envs
@@ -158,13 +158,7 @@ def _run(model: str, **kwargs):
 def _assert_same_outputs(got, want, ref: dict, where: str) -> None:
     """Tokens as the reference; logprobs as the reference (1e-3, as for TP=1)
     and as the TP=1 engine (TP1_LOGPROB_ATOL)."""
-    for i, (g, w) in enumerate(zip(got, want, strict=True)):
-        tag = f"{where} prompt {i}"
-        assert list(g.outputs[0].token_ids) == ref["tokens"][i], tag
-        _assert_logprobs_close(
-            g.prompt_logprobs[1:], ref["prompt_logprobs"][i], 1e-3, tag
-        )
-        _assert_logprobs_close(g.outputs[0].logprobs, ref["gen_logprobs"][i], 1e-3, tag)
+    assert_matches_reference(got, ref, where)
     assert_engines_agree(got, want, TP1_LOGPROB_ATOL, where)
 
 
