@@ -17,6 +17,7 @@
 #   bench S   benchmarks/paraslstm/benchmark_engine_gpu.py --suite S
 #   benchpair S1 S2   suite S1 on GPU 0 and S2 on GPU 1, at the same time
 #   newton    the Newton kernel benchmark (sequential, Newton, auto)
+#   kernelbench  the decode/scan kernel benchmark against the copy ceiling
 #
 # Several stages may be given: `device.sh b tests bench small`.
 set -uo pipefail
@@ -123,6 +124,13 @@ print('vllm', vllm.__version__, 'torch', torch.__version__, \
         note "newton benchmark"
         timeout 300 python3 benchmarks/kernels/benchmark_paraslstm_newton.py \
             2>&1 | tee "$LOGS/newton.log" | tail -n 40
+        [[ ${PIPESTATUS[0]} == 0 ]] || STATUS=1
+        ;;
+    kernelbench)
+        need_site
+        note "kernel benchmark"
+        timeout 300 python3 benchmarks/kernels/benchmark_paraslstm.py --no-peers \
+            --json "$LOGS/kernelbench.json" 2>&1 | tee "$LOGS/kernelbench.log" | tail -n 60
         [[ ${PIPESTATUS[0]} == 0 ]] || STATUS=1
         ;;
     *)
