@@ -447,8 +447,38 @@ def _abort(server: _Server, request_id: str) -> None:
     assert r.status_code == 200, r.text
 
 
+def _scrape_seconds_under_load(server: _Server) -> float:
+    """Seconds one /metrics scrape takes while a long stream generates."""
+    client = server.client()
+    stream = client.completions.create(
+        model=server.model,
+        prompt=PROMPTS[8],
+        stream=True,
+        extra_body=EXTRA,
+        temperature=0.0,
+        max_tokens=MAX_MODEL_LEN // 2,
+    )
+    next(iter(stream))
+    start = time.monotonic()
+    server.metrics()
+    seconds = time.monotonic() - start
+    stream.close()
+    return seconds
+
+
 def test_disconnects_and_aborts_free_their_slots(server, one_by_one):
     client = server.client()
+    assert _wait_slots(server, 0) == 0
+    # The checks below talk to the server while 8 requests generate. Some
+    # 2-vCPU hosts (seen: Firecracker VMs) stall every other process for as
+    # long as the engine generates at full speed, which a fault test cannot
+    # work around.
+    seconds = _scrape_seconds_under_load(server)
+    if seconds > 5.0:
+        pytest.skip(
+            f"this host stalls the server while the engine generates: one "
+            f"/metrics scrape took {seconds:.0f} s"
+        )
     assert _wait_slots(server, 0) == 0
     generated_before = server.metrics()["generation_tokens_total"]
     # Generations far longer than the test (32k tokens each): one request
