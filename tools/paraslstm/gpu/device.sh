@@ -46,6 +46,14 @@ run_pytest() {  # name, timeout, pytest args...
     [[ $rc == 0 ]] || STATUS=1
 }
 
+run_kernel_bench() {  # name, script, args...
+    local name=$1
+    shift
+    note "$name: $*"
+    timeout 300 python3 "$@" 2>&1 | tee "$LOGS/$name.log" | tail -n 60
+    [[ ${PIPESTATUS[0]} == 0 ]] || STATUS=1
+}
+
 bench() {  # suite
     note "bench $1"
     VLLM_ENABLE_V1_MULTIPROCESSING=0 timeout 570 python3 \
@@ -121,17 +129,12 @@ print('vllm', vllm.__version__, 'torch', torch.__version__, \
         ;;
     newton)
         need_site
-        note "newton benchmark"
-        timeout 300 python3 benchmarks/kernels/benchmark_paraslstm_newton.py \
-            2>&1 | tee "$LOGS/newton.log" | tail -n 40
-        [[ ${PIPESTATUS[0]} == 0 ]] || STATUS=1
+        run_kernel_bench newton benchmarks/kernels/benchmark_paraslstm_newton.py
         ;;
     kernelbench)
         need_site
-        note "kernel benchmark"
-        timeout 300 python3 benchmarks/kernels/benchmark_paraslstm.py --no-peers \
-            --json "$LOGS/kernelbench.json" 2>&1 | tee "$LOGS/kernelbench.log" | tail -n 60
-        [[ ${PIPESTATUS[0]} == 0 ]] || STATUS=1
+        run_kernel_bench kernelbench benchmarks/kernels/benchmark_paraslstm.py \
+            --no-peers --json "$LOGS/kernelbench.json"
         ;;
     *)
         echo "device.sh: unknown stage $stage"
