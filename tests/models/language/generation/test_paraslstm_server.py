@@ -20,6 +20,7 @@ fault tests check that it counts live streams and returns to 0 afterwards.
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import random
@@ -28,6 +29,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -45,6 +47,7 @@ NUM_STATE_SLOTS = 256  # about: the KV cache holds this many float32 states
 MAX_TOKENS = 12
 STARTUP_TIMEOUT_S = 420.0
 REQUEST_TIMEOUT_S = 120.0
+STALL_LIMIT_S = 5.0
 
 # `vllm serve` = `vllm.entrypoints.cli.main`, run with this interpreter so
 # that vLLM is imported the same way as in the test process (the installed
@@ -139,6 +142,7 @@ class _Server:
         self.log_path = log_path
         config = json.loads((model / "config.json").read_text())
         self.vocab_size = config["vocab_size"]
+        self.slowest_scrape_s = 0.0
         args = [
             *("serve", self.model),
             *("--host", "127.0.0.1", "--port", str(self.port)),
@@ -213,7 +217,9 @@ class _Server:
         )
 
     def metrics(self) -> dict[str, float]:
+        start = time.monotonic()
         text = httpx.get(self.url + "/metrics", timeout=30).text
+        self.slowest_scrape_s = max(self.slowest_scrape_s, time.monotonic() - start)
         out = {}
         for name in (
             "kv_cache_usage_perc",
@@ -447,38 +453,47 @@ def _abort(server: _Server, request_id: str) -> None:
     assert r.status_code == 200, r.text
 
 
-def _scrape_seconds_under_load(server: _Server) -> float:
-    """Seconds one /metrics scrape takes while a long stream generates."""
-    client = server.client()
-    stream = client.completions.create(
-        model=server.model,
-        prompt=PROMPTS[8],
-        stream=True,
-        extra_body=EXTRA,
-        temperature=0.0,
-        max_tokens=MAX_MODEL_LEN // 2,
-    )
-    next(iter(stream))
-    start = time.monotonic()
-    server.metrics()
-    seconds = time.monotonic() - start
-    stream.close()
-    return seconds
+def _skip_if_host_stalled(test):
+    """Turns a failure into a skip when, during the test, this process or the
+    server stalled for more than STALL_LIMIT_S (a /metrics scrape or a 0.1 s
+    sleep took that long). Some 2-vCPU hosts (seen: Firecracker VMs) freeze
+    every other process for as long as the engine generates at full speed;
+    the fault test's timings (client timeouts, live slot counts) cannot hold
+    there."""
+
+    @functools.wraps(test)
+    def wrapper(*args, **kwargs):
+        server = kwargs["server"]
+        server.slowest_scrape_s = 0.0
+        worst_sleep = [0.0]
+        stop = threading.Event()
+
+        def watch():
+            last = time.monotonic()
+            while not stop.wait(0.1):
+                now = time.monotonic()
+                worst_sleep[0] = max(worst_sleep[0], now - last)
+                last = now
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        try:
+            return test(*args, **kwargs)
+        except (Exception, pytest.fail.Exception):
+            stall = max(worst_sleep[0], server.slowest_scrape_s)
+            if stall > STALL_LIMIT_S:
+                pytest.skip(f"the host stalled for {stall:.0f} s during the test")
+            raise
+        finally:
+            stop.set()
+            watcher.join()
+
+    return wrapper
 
 
+@_skip_if_host_stalled
 def test_disconnects_and_aborts_free_their_slots(server, one_by_one):
     client = server.client()
-    assert _wait_slots(server, 0) == 0
-    # The checks below talk to the server while 8 requests generate. Some
-    # 2-vCPU hosts (seen: Firecracker VMs) stall every other process for as
-    # long as the engine generates at full speed, which a fault test cannot
-    # work around.
-    seconds = _scrape_seconds_under_load(server)
-    if seconds > 5.0:
-        pytest.skip(
-            f"this host stalls the server while the engine generates: one "
-            f"/metrics scrape took {seconds:.0f} s"
-        )
     assert _wait_slots(server, 0) == 0
     generated_before = server.metrics()["generation_tokens_total"]
     # Generations far longer than the test (32k tokens each): one request
