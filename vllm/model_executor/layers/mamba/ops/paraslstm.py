@@ -119,9 +119,11 @@ def _store_state(s, stride_slot, mask, c, n, m, h):
 def _add_recurrent(a, r, h, HEAD: tl.constexpr, DOT_PRECISION: tl.constexpr):
     """Pre-activation plus the recurrent term of ``h``: ``r * h`` per channel,
     or ``h @ r`` with the head's block ``r`` on chip."""
-    if HEAD:
-        return tl.dot(h, r, a, input_precision=DOT_PRECISION)
-    return a + r * h
+    if HEAD:  # noqa: SIM108 (a constexpr branch: only one side is compiled)
+        out = tl.dot(h, r, a, input_precision=DOT_PRECISION)
+    else:
+        out = a + r * h
+    return out
 
 
 @triton.jit
