@@ -521,8 +521,8 @@ def test_scan_warmup_covers_prefill_variants(monkeypatch, mix, num_heads, gate_d
         warmup_keys, warmup_compiled = set(keys), list(compiled)
         keys.clear()
         compiled.clear()
-        many = 400 if native else 40
-        for lens in ([37], [3] * many, [1, 5, 2]):
+        batches = ([3] * 400, [2] * 1100) if native else ([3] * 40,)
+        for lens in ([37], *batches, [1, 5, 2]):
             qsl = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()])
             num_tokens = sum(lens)
             # slices at odd offsets of larger buffers, like the mixer's

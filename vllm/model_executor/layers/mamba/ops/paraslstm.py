@@ -147,7 +147,7 @@ def _tile(
     return e, ch, ch_mask, pages, valid
 
 
-@triton.jit(do_not_specialize=["batch"])
+@triton.jit(do_not_specialize=["batch", "stride_s_blk", "stride_s_slot"])
 def _paraslstm_update_kernel(
     gates_ptr,
     rec_ptr,
@@ -272,7 +272,7 @@ def _scan_step(
 
 
 @triton.jit(
-    do_not_specialize=["num_seqs"],
+    do_not_specialize=["num_seqs", "stride_s_blk", "stride_s_slot"],
     do_not_specialize_on_alignment=["qsl_ptr", "idx_ptr", "init_ptr"],
 )
 def _paraslstm_scan_kernel(
@@ -384,7 +384,7 @@ def _paraslstm_scan_kernel(
 
 
 @triton.jit(
-    do_not_specialize=["num_seqs"],
+    do_not_specialize=["num_seqs", "stride_s_blk", "stride_s_slot"],
     do_not_specialize_on_alignment=["qsl_ptr", "idx_ptr", "init_ptr"],
 )
 def _paraslstm_scan_wide_kernel(
@@ -545,11 +545,14 @@ def _update_diag_config(batch: int, d: int, elem_size: int) -> tuple[int, int]:
 def _scan_diag_config(num_seqs: int, d: int, elem_size: int) -> tuple[int, int, int]:
     """``(BLOCK_D, UNROLL, num_warps)`` of the diag scan, as measured on an
     H200: few sequences take one or two channels per thread (the shortest
-    step chain, the most programs); many take two-warp programs whose gate
+    step chain, the most programs); many take wider programs, whose gate
     loads are wider."""
-    if num_seqs * triton.cdiv(d, 64) >= 264:
+    programs = num_seqs * triton.cdiv(d, 64)
+    if programs < 264:
+        return (32 if elem_size < 4 else 64), 8, 1
+    if programs <= 1024:
         return (64 if elem_size < 4 else 128), 8, 2
-    return (32 if elem_size < 4 else 64), 8, 1
+    return (64, 8, 1) if elem_size < 4 else (128, 4, 1)
 
 
 def paraslstm_update(
@@ -733,11 +736,6 @@ def paraslstm_scan(
     )
 
 
-# Sequences of the many-sequence warm-up: past the diag kernel's threshold
-# for wider programs.
-_WARMUP_MANY_SEQS = 384
-
-
 def paraslstm_scan_warmup(
     recurrent: torch.Tensor, gate_dtype: torch.dtype, state_dtype: torch.dtype
 ) -> None:
@@ -747,7 +745,16 @@ def paraslstm_scan_warmup(
     d = recurrent.shape[1] * (recurrent.shape[2] if recurrent.dim() == 4 else 1)
     device = recurrent.device
     state = torch.zeros(1, 4, d, dtype=state_dtype, device=device)
-    for num_seqs in (1, _WARMUP_MANY_SEQS):
+    # The fewest sequences that select each launch configuration.
+    counts, seen = [], set()
+    for num_seqs in (2**k for k in range(13)):
+        cfg = _scan_diag_config(num_seqs, d, torch.finfo(gate_dtype).bits // 8)
+        if recurrent.dim() == 4:
+            cfg = ()
+        if cfg not in seen:
+            seen.add(cfg)
+            counts.append(num_seqs)
+    for num_seqs in counts:
         gates = torch.zeros(num_seqs, 4 * d, dtype=gate_dtype, device=device)
         out = torch.empty(num_seqs, d, dtype=gate_dtype, device=device)
         qsl = torch.arange(num_seqs + 1, dtype=torch.int32, device=device)
