@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer
 
-from tests.models.language.generation.paraslstm_utils import reference_python
+from tests.models.language.generation.paraslstm_pararnn_utils import reference_python
 from tests.models.language.generation.test_paraslstm import _in_process_engine, _llm
 from vllm import SamplingParams
 
