@@ -219,6 +219,14 @@ def write_checkpoint(name: str, directory: str | Path) -> Path:
     return out
 
 
+def write_checkpoints(root: str | Path) -> dict[str, str]:
+    """Every case (CASES and UNSHARDABLE_CASES) under `root`, by name."""
+    return {
+        name: str(write_checkpoint(name, Path(root) / name))
+        for name in [*CASES, *UNSHARDABLE_CASES]
+    }
+
+
 def load_references() -> dict[str, Any]:
     return json.loads(REFERENCE_FILE.read_text())
 
