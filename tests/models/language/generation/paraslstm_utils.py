@@ -83,7 +83,7 @@ UNSHARDABLE_CASES: dict[str, dict[str, Any]] = {
 # Prompt lengths of every case. The last prompt is chunked by small token
 # budgets; PREFIX_PROMPT shares its first PREFIX_LEN tokens.
 PROMPT_LENGTHS = (1, 7, 23, 80)
-PREFIX_LEN = 48
+PREFIX_LEN = 64
 PREFIX_CASE = "diag-tied-rho0.5-d48"
 
 _GOLDEN = 0x9E3779B97F4A7C15

@@ -151,30 +151,40 @@ def test_batching_and_chunked_prefill(vllm_runner, checkpoints, case):
 
 
 def test_prefix_caching(vllm_runner, checkpoints):
-    """A prompt sharing its first PREFIX_LEN tokens with an earlier one
-    resumes from the cached state (align mode): cache hits for the whole
-    shared prefix, and the reference outputs for both prompts."""
+    """Align mode keeps the state at the last block boundary of a prompt. A
+    second prompt sharing those PREFIX_LEN tokens, and the first prompt again,
+    resume from it: cache hits for both, and the reference outputs for all.
+    (Prompt logprobs would disable the cache hits.)"""
     ref = REFERENCES[PREFIX_CASE]
     prompts = ref["prompts"]
     first_idx, prefix_idx = len(prompts) - 2, len(prompts) - 1
+    assert prompts[prefix_idx][:PREFIX_LEN] == prompts[first_idx][:PREFIX_LEN]
+    assert PREFIX_LEN == (len(prompts[first_idx]) - 1) // 16 * 16
     with vllm_runner(
         checkpoints[PREFIX_CASE],
         **engine_kwargs(
             enable_prefix_caching=True,
             enable_chunked_prefill=True,
             block_size=16,
-            max_num_batched_tokens=32,
+            max_num_batched_tokens=48,
             disable_log_stats=False,
         ),
     ) as vllm_model:
-        first = generate(vllm_model, [prompts[first_idx]])
-        second = generate(vllm_model, [prompts[prefix_idx], prompts[first_idx]])
-        hits = sum(
-            m.value
-            for m in vllm_model.llm.get_metrics()
-            if m.name == "vllm:prefix_cache_hits"
+
+        def hits() -> float:
+            metrics = vllm_model.llm.get_metrics()
+            return sum(m.value for m in metrics if m.name == "vllm:prefix_cache_hits")
+
+        first = generate(vllm_model, [prompts[first_idx]], prompt_logprobs=False)
+        hits_first = hits()
+        second = generate(
+            vllm_model,
+            [prompts[prefix_idx], prompts[first_idx]],
+            prompt_logprobs=False,
         )
-    assert hits >= PREFIX_LEN, hits
+        hits_second = hits() - hits_first
+    assert hits_first == 0
+    assert hits_second >= 2 * PREFIX_LEN, hits_second
     want = {"outputs": [ref["outputs"][first_idx]]}
     assert_matches_reference(first, want, "first request")
     want = {"outputs": [ref["outputs"][prefix_idx], ref["outputs"][first_idx]]}
