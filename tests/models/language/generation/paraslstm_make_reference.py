@@ -20,7 +20,8 @@ import vLLM. For every case of `paraslstm_utils.CASES` it
 
 Usage (from the repo root)::
 
-    .venv-ref/bin/python tests/models/language/generation/paraslstm_make_reference.py [OUT]
+    .venv-ref/bin/python \
+        tests/models/language/generation/paraslstm_make_reference.py [OUT]
 
 OUT defaults to `paraslstm_reference.json` beside this script. The drift test
 (`test_paraslstm_pararnn.py`) runs it into a temporary file and compares.

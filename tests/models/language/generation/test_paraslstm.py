@@ -159,7 +159,7 @@ def test_prefix_caching(vllm_runner, checkpoints):
     prompts = ref["prompts"]
     first_idx, prefix_idx = len(prompts) - 2, len(prompts) - 1
     assert prompts[prefix_idx][:PREFIX_LEN] == prompts[first_idx][:PREFIX_LEN]
-    assert PREFIX_LEN == (len(prompts[first_idx]) - 1) // 16 * 16
+    assert (len(prompts[first_idx]) - 1) // 16 * 16 == PREFIX_LEN
     with vllm_runner(
         checkpoints[PREFIX_CASE],
         **engine_kwargs(
@@ -192,7 +192,7 @@ def test_prefix_caching(vllm_runner, checkpoints):
 
 
 def test_engine_in_separate_process(vllm_runner, checkpoints, monkeypatch):
-    """vLLM's default: the engine core in its own process."""
+    """The engine core in its own process, as vLLM runs it by default."""
     case = "head-untied-rhonull-h2"
     ref = REFERENCES[case]
     monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "1")
