@@ -124,7 +124,7 @@ def test_bf16_weights_fp32_state(vllm_runner, checkpoints):
     for out, want in zip(outputs, ref["outputs"]):
         for got, (token, logprob, _) in zip(out[3][1:], want["prompt_logprobs"]):
             diffs.append(abs(got[token].logprob - logprob))
-    # Measured: max 0.07, mean 0.01 (CPU).
+    # Measured: max 0.10, mean 0.024 (CPU).
     assert max(diffs) < 0.25, max(diffs)
     assert sum(diffs) / len(diffs) < 0.05, sum(diffs) / len(diffs)
 
