@@ -2,17 +2,19 @@
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
 """Tiny ParaSLSTM checkpoints and their stored reference outputs.
 
-ParaSLSTM has no transformers implementation; the reference is pararnn-torch,
-which trained and saves these models. The tests do not need it: every
-checkpoint is written here, at test time, in the files pararnn-torch's
-`save_pretrained` writes (`config.json`, `model.safetensors`), with weights
-from a closed-form recipe (a 64-bit integer hash of the tensor name and
-element index, no random number generator). The greedy tokens and the prompt
-and generation logprobs (top-k included) of pararnn-torch on these
-checkpoints are stored beside the tests in `paraslstm_reference.json`.
+ParaSLSTM has no transformers implementation; its reference is pararnn-torch,
+the library these models are trained and saved with. The tests do not need
+it: every checkpoint is written here, at test time, in the files
+pararnn-torch's `save_pretrained` writes (`config.json`, `model.safetensors`),
+with weights from a closed-form recipe (a 64-bit integer hash of the tensor
+name and element index, no random number generator). pararnn-torch's outputs
+on these checkpoints are stored beside the tests in
+`paraslstm_reference.json`: greedy tokens from its float32 `generate()`, and
+prompt and generation logprobs with the top-5 from its decode step in float64,
+rounded to 1e-5 (the pararnn-torch and torch versions are recorded there).
 
-This module imports neither vLLM nor pytest, so that the script that
-recomputes the references with pararnn-torch can use the same recipe.
+This module imports neither vLLM nor pytest, so that the references can be
+recomputed with pararnn-torch from the same recipe.
 """
 
 import json
