@@ -56,6 +56,7 @@ ENGINE_KWARGS = dict(
     dtype="float32",
     max_num_seqs=8,
     max_num_batched_tokens=1024,
+    kv_cache_memory_bytes=64 * 2**20,
 )
 
 
