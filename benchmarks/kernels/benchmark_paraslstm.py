@@ -8,8 +8,9 @@ working set is several times the L2; the time per launch is the graph replay
 time over the number of launches. Prefill is timed eagerly. Achieved
 bandwidth counts each byte the kernel must move once (state read + write,
 gates, ``h`` out) and is compared with a device-to-device copy measured in
-the same run. Peers: pararnn-torch's ``decode_step`` / ``newton_apply``
-(when importable) on the same shapes.
+the same run. Peers (when importable): pararnn-torch's ``decode_step`` /
+``newton_apply`` on the same shapes, and vLLM's Mamba1/Mamba2 kernels
+(``selective_state_update``, ``selective_scan_fn``) at comparable shapes.
 
 Usage:
     python benchmarks/kernels/benchmark_paraslstm.py [--sweep] [--json PATH]
@@ -24,7 +25,6 @@ import torch
 
 import vllm.model_executor.layers.mamba.ops.paraslstm as ops
 from vllm.model_executor.layers.mamba.ops.paraslstm import (
-    _launch_update_head,
     paraslstm_scan,
     paraslstm_update,
 )
@@ -32,7 +32,7 @@ from vllm.triton_utils import triton
 
 L2_BYTES = 60 * 2**20
 DECODE_SHAPES = [(4096, 1), (4096, 256), (4096, 1024), (1024, 256)]
-PREFILL_SHAPES = [(1, 16384, 1024), (64, 1024, 2048), (1, 2048, 1024)]
+PREFILL_SHAPES = [(1, 16384, 1024), (1, 2048, 1024), (64, 1024, 2048), (32, 2048, 768)]
 
 
 def _events_ms(fn, iters: int, trials: int = 5) -> float:
@@ -110,51 +110,25 @@ def bench_decode(d, batch, dtype, mix="diag", heads=1, sweep=False):
             (bd, nw)
             for bd, nw in (
                 (32, 1),
-                (64, 2),
                 (128, 1),
-                (128, 2),
                 (128, 4),
+                (256, 2),
                 (256, 4),
-                (256, 8),
+                (512, 2),
                 (512, 4),
+                (1024, 4),
+                (1024, 8),
             )
             if bd <= triton.next_power_of_2(d)
         ]
     if sweep and mix == "head":
-        configs += [
-            (bb, bk, nw)
-            for bb, bk, nw in (
-                (16, 16, 4),
-                (16, 16, 8),
-                (32, 16, 4),
-                (32, 32, 8),
-                (64, 32, 8),
-                (16, 32, 4),
-            )
-        ]
+        configs += [(None, 4), (None, 8)]
     ref = None
     g, p, i, o = sets[0]
     pristine = p.clone()
-    strides = (g.stride(0), g.stride(1), *p.stride(), o.stride(0), o.stride(1))
 
     def update(gates, pages, idx, out, cfg):
-        if len(cfg) == 2:
-            paraslstm_update(
-                gates, rec, pages, idx, out, block_d=cfg[0], num_warps=cfg[1]
-            )
-        else:
-            _launch_update_head(
-                gates,
-                rec,
-                pages,
-                idx,
-                out,
-                0,
-                strides,
-                block_b=cfg[0],
-                block_k=cfg[1],
-                num_warps=cfg[2],
-            )
+        paraslstm_update(gates, rec, pages, idx, out, block_d=cfg[0], num_warps=cfg[1])
 
     for cfg in configs:
         p0 = pristine.clone()
@@ -172,12 +146,13 @@ def bench_decode(d, batch, dtype, mix="diag", heads=1, sweep=False):
         us = graph_time_us([launch(s) for s in sets])
         results["/".join(map(str, cfg))] = us
     # the default configuration once more without programmatic dependent launch
-    ops._PDL_ENABLED = False
+    use_pdl = ops._use_pdl
+    ops._use_pdl = lambda device: False
     try:
         us = graph_time_us([launch(s, configs[0]) for s in sets])
         results["default, no PDL"] = us
     finally:
-        ops._PDL_ENABLED = True
+        ops._use_pdl = use_pdl
     return nbytes, results
 
 
@@ -230,33 +205,24 @@ def bench_prefill(batch, seqlen, d, dtype, mix="diag", heads=1, sweep=False):
     iters = max(2, min(20, int(2e9 // nbytes)))
     configs = [(None, None, None)]
     if sweep and mix == "head":
-        configs += [(0, None, None), (16, 8, 3), (16, 8, 2), (16, 4, 3), (32, 8, 3)]
+        configs += [(None, u, nw) for u in (1, 2, 4) for nw in (4, 8)]
     if sweep and mix == "diag":
         configs += [
-            (bd, nw, ns)
-            for bd in (32, 64, 128, 256)
-            for nw in (1, 2, 4)
-            for ns in (2, 4, 8)
-            if bd // (32 * nw) in (1, 2, 4, 8) and bd <= d
+            (bd, u, nw)
+            for bd in (16, 32, 64, 128)
+            for u in (4, 8)
+            for nw in (1, 2)
+            if bd >= 32 * nw and bd <= d
         ]
     results = {}
     ref = None
-    for bd, nw, ns in configs:
+    for bd, u, nw in configs:
 
-        def run(bd=bd, nw=nw, ns=ns):
+        def run(bd=bd, u=u, nw=nw):
             paraslstm_scan(
-                gates,
-                rec,
-                pages,
-                qsl,
-                idx,
-                has_init,
-                out,
-                block_d=bd if mix == "diag" else None,
-                num_warps=nw,
-                num_stages=ns,
-                head_block_b=bd if mix == "head" else None,
-            )
+                gates, rec, pages, qsl, idx, has_init, out,
+                block_d=bd, unroll=u, num_warps=nw,
+            )  # fmt: skip
 
         run()
         if ref is None:
@@ -264,8 +230,8 @@ def bench_prefill(batch, seqlen, d, dtype, mix="diag", heads=1, sweep=False):
         else:
             err = (out.float() - ref).abs().max().item()
             if not err < 1e-3:
-                print(f"WARNING: config {bd, nw, ns} differs from default by {err}")
-        results[f"{bd}/{nw}/{ns}"] = _events_ms(run, iters=iters, trials=3) * 1e3
+                print(f"WARNING: config {bd, u, nw} differs from default by {err}")
+        results[f"{bd}/{u}/{nw}"] = _events_ms(run, iters=iters, trials=3) * 1e3
     return nbytes, results
 
 
@@ -280,6 +246,65 @@ def bench_pararnn_newton(batch, seqlen, d):
         newton = _events_ms(lambda: newton_apply(cell, x, cfg), iters=2, trials=3)
         gemm = _events_ms(lambda: cell.W_x(x), iters=5, trials=3)
     return newton * 1e3, gemm * 1e3
+
+
+def bench_mamba_decode(batch: int, dim: int, heads: int, dstate: int) -> float:
+    """VLLM's ``selective_state_update`` (Mamba2 layout when ``heads`` > 1,
+    Mamba1 otherwise), bf16 inputs, float32 state, CUDA graph, rotating
+    buffers; returns us per launch."""
+    from vllm.model_executor.layers.mamba.ops.mamba_ssm import (
+        selective_state_update,
+    )
+
+    hd = dim // heads
+    nbytes = batch * dim * dstate * 8
+    sets = []
+    for _ in range(_num_sets(nbytes)):
+        state = torch.randn(batch + 1, heads, hd, dstate, device="cuda") * 0.1
+        x = torch.randn(batch, heads, hd, device="cuda", dtype=torch.bfloat16)
+        bc = torch.randn(batch, 1, dstate, device="cuda", dtype=torch.bfloat16)
+        idx = (torch.randperm(batch, device="cuda") + 1).int()
+        sets.append((state, x, bc, idx, torch.empty_like(x)))
+    a = -torch.rand(heads, hd, dstate, device="cuda")
+    dvec = torch.randn(heads, hd, device="cuda")
+    if heads > 1:  # Mamba2: one A, D and dt bias per head
+        a = a[:, :1, :1].expand(heads, hd, dstate)
+        dvec = dvec[:, :1].expand(heads, hd)
+    dt_bias = dvec.clone()
+
+    def launch(s):
+        return lambda: selective_state_update(
+            s[0], s[1], s[1], a, s[2], s[2], dvec, dt_bias, z=s[1],
+            dt_softplus=True, state_batch_indices=s[3], out=s[4],
+        )  # fmt: skip
+
+    return graph_time_us([launch(s) for s in sets]), nbytes
+
+
+def bench_mamba1_prefill(batch: int, seqlen: int, dim: int, dstate: int = 16):
+    """VLLM's Mamba1 varlen ``selective_scan_fn``, bf16 inputs; us."""
+    from vllm.model_executor.layers.mamba.ops.mamba_ssm import selective_scan_fn
+
+    tokens = batch * seqlen
+    u = torch.randn(dim, tokens, device="cuda", dtype=torch.bfloat16)
+    delta = torch.rand(dim, tokens, device="cuda", dtype=torch.bfloat16)
+    bmat = torch.randn(1, dstate, tokens, device="cuda", dtype=torch.bfloat16)
+    a = -torch.rand(dim, dstate, device="cuda")
+    dvec = torch.randn(dim, device="cuda")
+    states = torch.zeros(batch + 1, dim, dstate, device="cuda")
+    qsl = (torch.arange(batch + 1, device="cuda") * seqlen).int()
+    idx = torch.arange(1, batch + 1, device="cuda").int()
+    init = torch.zeros(batch, dtype=torch.bool, device="cuda")
+
+    def run():
+        selective_scan_fn(
+            u, states, delta, a, bmat, bmat, dvec, z=u, delta_bias=dvec,
+            delta_softplus=True, query_start_loc=qsl, cache_indices=idx,
+            has_initial_state=init,
+        )  # fmt: skip
+
+    run()
+    return _events_ms(run, iters=3, trials=3) * 1e3
 
 
 def _top(res: dict) -> list:
@@ -297,6 +322,9 @@ def main():
         help="also time alternative launch configurations",
     )
     parser.add_argument("--no-peers", action="store_true")
+    parser.add_argument(
+        "--quick", action="store_true", help="B=1 scan shapes and decode only"
+    )
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     sweep_diag = args.sweep in ("diag", "all")
@@ -352,6 +380,24 @@ def main():
                 )
             except Exception as e:  # noqa: BLE001
                 print("pararnn decode failed:", repr(e))
+    if not args.no_peers:
+        for batch, dim, heads, dstate in [
+            (256, 4096, 1, 16),
+            (256, 4096, 64, 128),
+            (1, 4096, 64, 128),
+        ]:
+            try:
+                us, nbytes = bench_mamba_decode(batch, dim, heads, dstate)
+                name = "mamba1" if heads == 1 else "mamba2"
+                row(
+                    "decode",
+                    f"d={dim} B={batch} dstate={dstate}",
+                    f"vllm {name} selective_state_update",
+                    us,
+                    nbytes,
+                )
+            except Exception as e:  # noqa: BLE001
+                print("mamba decode failed:", repr(e))
     for d, batch, heads in [
         (4096, 256, 64),
         (4096, 256, 32),
@@ -375,6 +421,12 @@ def main():
 
     for batch, seqlen, d in PREFILL_SHAPES:
         shape = f"B={batch} T={seqlen} d={d}"
+        if not args.no_peers:
+            try:
+                us = bench_mamba1_prefill(batch, seqlen, d)
+                row("prefill", f"{shape} bf16", "vllm mamba1 selective_scan_fn", us, 0)
+            except Exception as e:  # noqa: BLE001
+                print("mamba1 prefill failed:", repr(e))
         for dtype in (torch.float32, torch.bfloat16):
             nbytes, res = bench_prefill(batch, seqlen, d, dtype, sweep=sweep_diag)
             name = "fp32" if dtype == torch.float32 else "bf16"

@@ -12,8 +12,11 @@ best of `--repeats` after a warm-up):
 - `decode256`: 256 sequences x (128 prompt + 256 output) tokens: output tok/s;
 - `decode1`: 1 sequence x (128 + 256): output tok/s and ms per output token;
 - `prefill32x2k`: 32 x 2048-token prompts, 1 output token: prompt tok/s;
-- `prefill1x32k`: 1 x 32768-token prompt, 1 output token: prompt tok/s
-  (ParaSLSTM also with Newton forced: `prefill1x32k_newton`).
+- `prefill1x32k`: 1 x 32768-token prompt, 1 output token: prompt tok/s.
+
+`--rounds N` runs the suite's models N times, interleaved (A, B, A, B, ...),
+so that slow drifts of the machine fall on every model alike; compare
+medians over the rounds.
 
 Usage (GPU machine, vLLM with the series on PYTHONPATH):
 
@@ -138,13 +141,6 @@ def _count_params(worker) -> int:
     return sum(p.numel() for p in worker.get_model().parameters())
 
 
-def _force_newton(model) -> None:
-    from vllm.model_executor.layers.mamba.ops import paraslstm_newton
-
-    paraslstm_newton.NEWTON_MIN_TOKENS_PER_SEQ = 1
-    paraslstm_newton.NEWTON_MAX_SEQ_CHANNELS = 1 << 30
-
-
 def _profile_decode(llm, batch: int, path: str) -> None:
     """Kernel table of 32 decode steps at `batch` (in-process engine only)."""
     import torch
@@ -199,13 +195,13 @@ def run_one(name: str, config: dict, tp: int, args) -> dict:
         _timed(llm, _prompts(8, 64, 9), 8, 1)  # warm-up
         t = _timed(llm, _prompts(256, 128, 1), 256, r)
         res["decode256_out_tok_s"] = 256 * 256 / t
-        # Half a second a run, and the most sensitive to the host: more runs.
-        t = _timed(llm, _prompts(1, 128, 2), 256, max(r, 5))
-        res["decode1_out_tok_s"] = 256 / t
-        res["decode1_ms_per_tok"] = 1000 * t / 256
+        if not args.no_decode1:
+            # Half a second a run, and the most sensitive to the host.
+            t = _timed(llm, _prompts(1, 128, 2), 256, max(r, 5))
+            res["decode1_out_tok_s"] = 256 / t
+            res["decode1_ms_per_tok"] = 1000 * t / 256
         t = _timed(llm, _prompts(32, 2048, 3), 1, r)
         res["prefill32x2k_tok_s"] = 32 * 2048 / t
-        # Before the long prompt: that forces Newton on for the rest of the run.
         if args.profile and name in args.profile_model.split(","):
             os.makedirs(args.profile, exist_ok=True)
             for batch in (1, 256):
@@ -213,10 +209,6 @@ def run_one(name: str, config: dict, tp: int, args) -> dict:
         if not args.no_long and args.suite != "tp":
             t = _timed(llm, _prompts(1, 32768, 4), 1, r)
             res["prefill1x32k_tok_s"] = 32768 / t
-            if name.startswith("paraslstm") and tp == 1:
-                llm.apply_model(_force_newton)
-                t = _timed(llm, _prompts(1, 32768, 4), 1, r)
-                res["prefill1x32k_newton_tok_s"] = 32768 / t
         return res
 
 
@@ -225,8 +217,10 @@ def main() -> int:
     p.add_argument("--suite", choices=sorted(SUITES), required=True)
     p.add_argument("--json", required=True, help="results file (appended per model)")
     p.add_argument("--repeats", type=int, default=2)
-    p.add_argument("--only", help="run just this model of the suite")
+    p.add_argument("--only", help="comma-separated models of the suite to run")
     p.add_argument("--no-long", action="store_true", help="skip the 32k prompt")
+    p.add_argument("--no-decode1", action="store_true", help="skip decode1")
+    p.add_argument("--rounds", type=int, default=1, help="interleaved rounds")
     p.add_argument("--profile", help="directory for decode kernel tables")
     p.add_argument(
         "--profile-model",
@@ -236,7 +230,8 @@ def main() -> int:
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
 
-    models = [m for m in SUITES[args.suite] if args.only in (None, m[0])]
+    only = args.only.split(",") if args.only else None
+    models = [m for m in SUITES[args.suite] if only is None or m[0] in only]
     if args.child:
         ((name, config, tp),) = models
         res = run_one(name, config, tp, args)
@@ -245,9 +240,9 @@ def main() -> int:
         return 0
 
     failed = []
-    for name, _, _ in models:
+    for round_, (name, _, _) in [(k, m) for k in range(args.rounds) for m in models]:
         cmd = [sys.executable, __file__, *sys.argv[1:], "--child", "--only", name]
-        print(f"== {name}", flush=True)
+        print(f"== {name} (round {round_ + 1})", flush=True)
         t0 = time.perf_counter()
         rc = subprocess.run(cmd).returncode
         print(f"== {name}: rc={rc} in {time.perf_counter() - t0:.0f} s", flush=True)

@@ -1,8 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
-"""Slow, step-by-step float64 reference of the ParaSLSTM recurrence."""
-
-import math
+"""Slow, step-by-step reference of the ParaSLSTM recurrence (float64 by
+default), written from the cell's definition and independent of the ops."""
 
 import torch
 
@@ -10,33 +9,26 @@ import torch
 def reference_step(
     state: torch.Tensor, gates: torch.Tensor, recurrent: torch.Tensor
 ) -> torch.Tensor:
-    """One step of one sequence: ``state`` ``(4, d)``, ``gates`` ``(4 * d,)``."""
+    """One step of one sequence: ``state`` ``(4, d)``, ``gates`` ``(4 * d,)``,
+    ``recurrent`` ``(4, d)`` or ``(4, H, d/H, d/H)``; returns the new state."""
     d = state.shape[1]
-    c, n, m, h = (state[k].clone() for k in range(4))
+    c, n, m, h = state
     pre = gates.view(4, d).clone()
     if recurrent.dim() == 2:
-        for g in range(4):
-            pre[g] += recurrent[g] * h
+        pre += recurrent * h
     else:
+        # per gate g and head k: pre[g, head k] += h[head k] @ R[g, k]
         num_heads, head_dim = recurrent.shape[1], recurrent.shape[2]
-        for g in range(4):
-            for k in range(num_heads):
-                sl = slice(k * head_dim, (k + 1) * head_dim)
-                pre[g, sl] += h[sl] @ recurrent[g, k]
-    new = torch.empty_like(state)
-    for j in range(d):
-        z_i, z_f, z_z, z_o = (float(pre[g, j]) for g in range(4))
-        m_new = max(z_f + float(m[j]), z_i)
-        i = math.exp(z_i - m_new)
-        f = math.exp(z_f + float(m[j]) - m_new)
-        c_new = f * float(c[j]) + i * math.tanh(z_z)
-        n_new = f * float(n[j]) + i
-        o = 1.0 / (1.0 + math.exp(-z_o))
-        new[0, j] = c_new
-        new[1, j] = n_new
-        new[2, j] = m_new
-        new[3, j] = o * c_new / (n_new + 1e-6)
-    return new
+        h_heads = h.view(num_heads, head_dim)
+        pre += torch.einsum("kj,gkje->gke", h_heads, recurrent).reshape(4, d)
+    z_i, z_f, z_z, z_o = pre
+    m_new = torch.maximum(z_f + m, z_i)
+    i = torch.exp(z_i - m_new)
+    f = torch.exp(z_f + m - m_new)
+    c_new = f * c + i * torch.tanh(z_z)
+    n_new = f * n + i
+    h_new = torch.sigmoid(z_o) * c_new / (n_new + 1e-6)
+    return torch.stack((c_new, n_new, m_new, h_new))
 
 
 def reference_scan(
@@ -47,23 +39,25 @@ def reference_scan(
     state_indices: torch.Tensor,
     has_initial_state: torch.Tensor | None,
     null_block_id: int = 0,
+    dtype: torch.dtype = torch.float64,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Varlen prefill in float64. Returns ``(h per token, new state pages)``.
+    """Varlen prefill in ``dtype`` on the inputs' device. Returns ``(h per
+    token, new state pages)``.
 
     Sequences whose state index is ``null_block_id`` are skipped (their
     ``h`` stays zero and no page changes).
     """
-    gates = gates.double()
-    recurrent = recurrent.double()
-    new_state = state.double().clone()
+    gates = gates.to(dtype)
+    recurrent = recurrent.to(dtype)
+    new_state = state.to(dtype, copy=True)
     d = state.shape[-1]
-    out = torch.zeros(gates.shape[0], d, dtype=torch.float64)
+    out = torch.zeros(gates.shape[0], d, dtype=dtype, device=gates.device)
     for s in range(query_start_loc.numel() - 1):
         page = int(state_indices[s])
         if page == null_block_id:
             continue
         init = has_initial_state is not None and bool(has_initial_state[s])
-        carry = new_state[page].clone() if init else torch.zeros(4, d).double()
+        carry = new_state[page].clone() if init else torch.zeros_like(new_state[0])
         for t in range(int(query_start_loc[s]), int(query_start_loc[s + 1])):
             carry = reference_step(carry, gates[t], recurrent)
             out[t] = carry[3]

@@ -10,7 +10,6 @@ import torch
 from tests.kernels.mamba.paraslstm_reference import reference_scan
 from vllm.model_executor.layers.mamba.ops.cpu.paraslstm import (
     paraslstm_scan_cpu,
-    paraslstm_step,
     paraslstm_update_cpu,
 )
 from vllm.triton_utils import HAS_TRITON
@@ -24,15 +23,16 @@ IMPLS = {"cpu": ("cpu", paraslstm_scan_cpu, paraslstm_update_cpu)}
 # tools/paraslstm/run_triton_interpret_tests.sh.
 _INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 if HAS_TRITON and (torch.cuda.is_available() or _INTERPRET):
-    from vllm.model_executor.layers.mamba.ops.paraslstm import (
-        paraslstm_scan,
-        paraslstm_update,
-    )
+    from vllm.model_executor.layers.mamba.ops import paraslstm as triton_ops
 
+    # On a CPU platform the ops module rebinds its public names to the
+    # torch-native ops; these tests must run the Triton kernels.
+    for fn in (triton_ops.paraslstm_scan, triton_ops.paraslstm_update):
+        assert fn.__module__ == triton_ops.__name__, fn.__module__
     IMPLS["triton"] = (
         "cuda" if torch.cuda.is_available() else "cpu",
-        paraslstm_scan,
-        paraslstm_update,
+        triton_ops.paraslstm_scan,
+        triton_ops.paraslstm_update,
     )
 if os.environ.get("PARASLSTM_REQUIRE_TRITON") == "1" and "triton" not in IMPLS:
     raise RuntimeError("PARASLSTM_REQUIRE_TRITON=1 but the Triton ops are unavailable")
@@ -157,12 +157,17 @@ def test_scan_varlen(impl, mix, d, num_heads, gate_dtype, scale):
 
 
 @pytest.mark.skipif("triton" not in IMPLS, reason="needs the Triton ops")
-@pytest.mark.parametrize("head_block_b", [0, 16])
-@pytest.mark.parametrize("d,num_heads", [(24, 3), (80, 2), (200, 2)])
-def test_scan_head_kernels(head_block_b, d, num_heads):
-    """The head scan kernels: one sequence per program, and sequences
-    batched per program (lengths differ within a block), with the head's
-    recurrent block on chip (head_dim <= 64) or streamed (head_dim 100)."""
+@pytest.mark.parametrize("unroll", [1, 2, 4, 8])
+@pytest.mark.parametrize(
+    "mix,d,num_heads", [("diag", 40, 1), ("head", 24, 3), ("head", 200, 2)]
+)
+def test_scan_kernel_variants(unroll, mix, d, num_heads):
+    """Every gate look-ahead depth of the scan kernel, for diag and for heads
+    with the recurrent block on chip (head_dim 8), and the streamed-block
+    kernel (head_dim 100, where ``unroll`` does not apply); lengths differ
+    within each program's block of sequences."""
+    if mix == "head" and d // num_heads > 64 and unroll != 1:
+        pytest.skip("the streamed-block kernel has no look-ahead")
     device, scan, _ = IMPLS["triton"]
     torch.manual_seed(6)
     lens = [1, 17, 3, 1, 40, 9, 2, 5, 1]
@@ -170,7 +175,7 @@ def test_scan_head_kernels(head_block_b, d, num_heads):
     qsl = torch.tensor([0] + lens).cumsum(0).int()
     num_tokens = int(qsl[-1])
     pages = _pages(num_blocks, d)
-    rec = _recurrent("head", d, num_heads, 0.5)
+    rec = _recurrent(mix, d, num_heads, 0.5)
     gates = (torch.randn(num_tokens, 4 * d) * 8).to(torch.bfloat16)
     idx = torch.tensor([3, 7, NULL, 1, 11, 5, 2, 4, 6], dtype=torch.int32)
     has_init = torch.tensor([True, False, True, True, True, False, True, False, True])
@@ -186,7 +191,7 @@ def test_scan_head_kernels(head_block_b, d, num_heads):
         idx.to(device),
         has_init.to(device),
         out,
-        head_block_b=head_block_b,
+        unroll=unroll,
     )
     real_tok = torch.ones(num_tokens, dtype=torch.bool)
     real_tok[int(qsl[2]) : int(qsl[3])] = False
@@ -353,34 +358,6 @@ def test_strided_inputs_and_wide_heads(impl):
         )
 
 
-def _torch_ref(scan_args: tuple, num_tokens: int, d: int, dtype=torch.float64):
-    """Vectorized torch reference on the arguments' device, float64 by
-    default; float32 gives the error budget of honest fp32 arithmetic."""
-    gates, rec, state, qsl, idx, has_init = scan_args
-    state_ref = state.to(dtype, copy=True)
-    starts = qsl[:-1].long()
-    lens = qsl[1:].long() - starts
-    pages = idx.long()
-    valid = pages != NULL
-    carry = state_ref.index_select(0, torch.where(valid, pages, 0))
-    if has_init is None:
-        carry.zero_()
-    else:
-        carry = torch.where(has_init.view(-1, 1, 1), carry, 0.0)
-    gates3 = gates.view(-1, 4, d).to(dtype)
-    out_ref = torch.zeros(num_tokens, d, dtype=dtype, device=gates.device)
-    for t in range(int(lens.max())):
-        active = lens > t
-        tok = torch.where(active, starts + t, 0)
-        new = paraslstm_step(carry, gates3.index_select(0, tok), rec.to(dtype))
-        carry = torch.where(active.view(-1, 1, 1), new, carry)
-        rows = (active & valid).nonzero().squeeze(1)
-        out_ref.index_copy_(0, tok[rows], new[rows, 3])
-    rows = valid.nonzero().squeeze(1)
-    state_ref.index_copy_(0, pages[rows], carry[rows])
-    return out_ref, state_ref
-
-
 def _rel_err(x: torch.Tensor, ref: torch.Tensor) -> float:
     x, ref = x.double().nan_to_num(0.0), ref.double().nan_to_num(0.0)
     return float((x - ref).norm() / ref.norm())
@@ -418,17 +395,9 @@ def test_large_native(impl, mix, num_heads, gate_dtype):
     has_init = torch.tensor(
         [True, False, True, True, False, True, True, False], device=device
     )
-    args = (gates, rec, pages, qsl, idx, has_init)
-    h64, s64 = _torch_ref(args, num_tokens, d)
-    h32, s32 = _torch_ref(args, num_tokens, d, torch.float32)
-    if mix == "head" and d // num_heads <= 64:
-        # the sequence-batched head kernel (default only for large batches)
-        state = pages.clone()
-        out = torch.full((num_tokens, d), 3.0, dtype=gate_dtype, device=device)
-        scan(gates, rec, state, qsl, idx, has_init, out, head_block_b=16)
-        _assert_like_fp32(out, h64, h32, floor, factor)
-        used = idx[idx != NULL].long()
-        _assert_like_fp32(state[used], s64[used], s32[used], 1e-6, factor)
+    args = (gates, rec, pages, qsl, idx, has_init, NULL)
+    h64, s64 = reference_scan(*args)
+    h32, s32 = reference_scan(*args, dtype=torch.float32)
     state = pages.clone()
     out = torch.full((num_tokens, d), 3.0, dtype=gate_dtype, device=device)
     scan(gates, rec, state, qsl, idx, has_init, out)
@@ -448,7 +417,7 @@ def test_large_native(impl, mix, num_heads, gate_dtype):
     idx[::7] = NULL
     qsl = torch.arange(batch + 1, dtype=torch.int32, device=device)
     ones = torch.ones(batch, dtype=torch.bool, device=device)
-    want_h, want_state = _torch_ref((gates, rec, pages, qsl, idx, ones), batch, d)
+    want_h, want_state = reference_scan(gates, rec, pages, qsl, idx, ones, NULL)
     state = pages.clone()
     out = torch.empty(batch, d, dtype=gate_dtype, device=device)
     update(gates, rec, state, idx, out)
@@ -487,8 +456,8 @@ def test_decode_cuda_graph(impl, mix, num_heads):
         gates.normal_()
         qsl = torch.arange(batch + 1, dtype=torch.int32, device=device)
         ones = torch.ones(batch, dtype=torch.bool, device=device)
-        want_h, want_state = _torch_ref(
-            (gates, rec, want_state, qsl, idx, ones), batch, d
+        want_h, want_state = reference_scan(
+            gates, rec, want_state, qsl, idx, ones, NULL
         )
         graph.replay()
         real = idx != NULL
@@ -500,55 +469,77 @@ def test_decode_cuda_graph(impl, mix, num_heads):
     )
 
 
+def _launch_key(kernel, meta: dict, tensors: list) -> tuple:
+    """What selects a compiled variant, apart from Triton's own argument
+    specialization: the kernel, its compile-time parameters, the dtypes."""
+    name = getattr(kernel, "__name__", None) or kernel.fn.__name__
+    consts = tuple(sorted((k, str(v)) for k, v in meta.items()))
+    return name, consts, tuple(str(t.dtype) for t in tensors)
+
+
+@pytest.mark.skipif("triton" not in IMPLS, reason="needs the Triton ops")
 @pytest.mark.parametrize("mix,num_heads", [("diag", 1), ("head", 8), ("head", 2)])
 @pytest.mark.parametrize("gate_dtype", [torch.float32, torch.bfloat16])
-def test_scan_warmup_covers_prefill_variants(mix, num_heads, gate_dtype):
+def test_scan_warmup_covers_prefill_variants(monkeypatch, mix, num_heads, gate_dtype):
     """After the warm-up, prefill batches of one and of many sequences, with
-    and without initial states, compile nothing (natively: Triton's compile
-    hook sees no scan kernel after the warm-up, and sees the warm-up compile
-    once the kernels' in-memory caches are cleared)."""
-    if "triton" not in IMPLS:
-        pytest.skip("Triton ops unavailable")
-    from vllm.model_executor.layers.mamba.ops import paraslstm as ops
+    and without initial states, from slices of larger buffers (as the mixer
+    passes them), need no new kernel variant. Every launch's variant key is
+    recorded; natively, Triton's compile hook must also see no compilation
+    after the warm-up (and see the warm-up compile once the kernels'
+    in-memory caches are cleared)."""
     from vllm.triton_utils import triton
-
-    knobs = triton.knobs
 
     device, scan, _ = IMPLS["triton"]
     native = device == "cuda"
-    if not native and (mix, gate_dtype) != ("diag", torch.float32):
-        pytest.skip("interpreter: one case (it only checks that the warm-up runs)")
     d = 256 if native else 32
     rec = _recurrent(mix, d, num_heads, 0.5).to(device)
+    keys: list[tuple] = []
+    launch = triton_ops._launch
+
+    def record(kernel, grid, gates, recurrent, state, qsl, idx, init, out, *a, **kw):
+        tensors = [gates, recurrent, state, qsl, idx, init, out]
+        keys.append(_launch_key(kernel, kw, tensors))
+        launch(kernel, grid, gates, recurrent, state, qsl, idx, init, out, *a, **kw)
+
+    monkeypatch.setattr(triton_ops, "_launch", record)
     kernels = [
-        ops._scan_diag_kernel,
-        ops._scan_head_kernel,
-        ops._scan_head_batched_kernel,
-        ops._scan_head_wide_kernel,
+        triton_ops._paraslstm_scan_kernel,
+        triton_ops._paraslstm_scan_wide_kernel,
     ]
     for kernel in kernels:
         getattr(kernel, "device_caches", {}).clear()
-    events: list[str] = []
+    compiled: list[str] = []
+    knobs = triton.knobs
     previous = knobs.runtime.jit_post_compile_hook
 
-    def record(**kwargs):
-        events.append(getattr(kwargs.get("fn"), "name", "?"))
+    def on_compile(**kwargs):
+        compiled.append(getattr(kwargs.get("fn"), "name", "?"))
 
-    knobs.runtime.jit_post_compile_hook = record
+    knobs.runtime.jit_post_compile_hook = on_compile
     try:
-        ops.paraslstm_scan_warmup(rec, gate_dtype, torch.float32)
-        warmup_events = list(events)
-        events.clear()
-        for lens in ([37], [3] * (400 if native else 10)):
+        triton_ops.paraslstm_scan_warmup(rec, gate_dtype, torch.float32)
+        warmup_keys, warmup_compiled = set(keys), list(compiled)
+        keys.clear()
+        compiled.clear()
+        many = 400 if native else 40
+        for lens in ([37], [3] * many, [1, 5, 2]):
             qsl = torch.tensor([0, *torch.tensor(lens).cumsum(0).tolist()])
-            gates = torch.randn(sum(lens), 4 * d).to(device, gate_dtype)
+            num_tokens = sum(lens)
+            # slices at odd offsets of larger buffers, like the mixer's
+            big = torch.randn(num_tokens + 3, 4 * d).to(device, gate_dtype)
+            out = torch.empty(num_tokens + 3, d, dtype=gate_dtype, device=device)
+            meta = torch.arange(2 * len(lens) + 4, dtype=torch.int32, device=device)
+            qsl_d = meta[: len(lens) + 2].clone()
+            qsl_d[1:] = qsl.int().to(device)
             pages = _pages(len(lens) + 1, d).to(device)
-            idx = torch.arange(1, len(lens) + 1, dtype=torch.int32, device=device)
-            out = torch.empty(sum(lens), d, dtype=gate_dtype, device=device)
-            for init in (None, torch.ones(len(lens), dtype=torch.bool, device=device)):
-                scan(gates, rec, pages, qsl.int().to(device), idx, init, out)
+            idx = meta[1 : len(lens) + 1]
+            for init in (None, torch.ones(len(lens) + 1, dtype=torch.bool)):
+                init_d = None if init is None else init.to(device)[1:]
+                scan(big[3:], rec, pages, qsl_d[1:], idx, init_d, out[3:])
     finally:
         knobs.runtime.jit_post_compile_hook = previous
+    assert keys and warmup_keys
+    assert set(keys) <= warmup_keys, set(keys) - warmup_keys
     if native:
-        assert warmup_events, "the warm-up compiled nothing: cache not cleared?"
-        assert events == [], f"compiled after the warm-up: {events}"
+        assert warmup_compiled, "the warm-up compiled nothing: cache not cleared?"
+        assert compiled == [], f"compiled after the warm-up: {compiled}"

@@ -20,6 +20,11 @@ from vllm.model_executor.layers.mamba.mamba_utils import (
     MambaStateDtypeCalculator,
     MambaStateShapeCalculator,
 )
+from vllm.model_executor.layers.mamba.ops.paraslstm import (
+    paraslstm_scan,
+    paraslstm_scan_warmup,
+    paraslstm_update,
+)
 from vllm.model_executor.layers.quantization import QuantizationConfig
 from vllm.model_executor.utils import set_weight_attrs
 from vllm.platforms import current_platform
@@ -151,28 +156,13 @@ class ParaSLSTMMixer(MambaBase, PluggableLayer):
             return
         assert isinstance(attn_metadata, ParaSLSTMAttentionMetadata)
 
-        if current_platform.is_cpu():
-            from vllm.model_executor.layers.mamba.ops.cpu.paraslstm import (
-                paraslstm_scan_cpu as scan,
-            )
-            from vllm.model_executor.layers.mamba.ops.cpu.paraslstm import (
-                paraslstm_update_cpu as update,
-            )
-        else:
-            from vllm.model_executor.layers.mamba.ops.paraslstm import (
-                paraslstm_update as update,
-            )
-            from vllm.model_executor.layers.mamba.ops.paraslstm_newton import (
-                paraslstm_prefill as scan,
-            )
-
         state = self.kv_cache[0]
         recurrent = self.recurrent_weight
         num_decodes = attn_metadata.num_decode_tokens
         num_prefills = attn_metadata.num_prefill_tokens
         if num_decodes > 0:
             assert attn_metadata.state_indices_tensor_d is not None
-            update(
+            paraslstm_update(
                 gates[:num_decodes],
                 recurrent,
                 state,
@@ -183,7 +173,7 @@ class ParaSLSTMMixer(MambaBase, PluggableLayer):
             assert attn_metadata.query_start_loc_p is not None
             assert attn_metadata.state_indices_tensor_p is not None
             end = num_decodes + num_prefills
-            scan(
+            paraslstm_scan(
                 gates[num_decodes:end],
                 recurrent,
                 state,
@@ -199,10 +189,6 @@ class ParaSLSTMMixer(MambaBase, PluggableLayer):
         if self._prefill_kernels_warmed_up or current_platform.is_cpu():
             return
         self._prefill_kernels_warmed_up = True
-        from vllm.model_executor.layers.mamba.ops.paraslstm import (
-            paraslstm_scan_warmup,
-        )
-
         paraslstm_scan_warmup(
             self.recurrent_weight, gate_dtype, self.get_state_dtype()[0]
         )

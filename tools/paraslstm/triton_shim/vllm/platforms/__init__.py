@@ -1,13 +1,17 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
-"""Test-only stand-in for ``vllm.platforms.current_platform``: the one query
-the ParaSLSTM ops make (compute capability, for programmatic dependent
-launch)."""
+"""Test-only stand-in for ``vllm.platforms.current_platform``: the queries
+the ParaSLSTM ops make (platform, compute capability)."""
 
 import torch
 
 
 class _Platform:
+    @staticmethod
+    def is_cpu() -> bool:
+        # The shim exists to run the Triton kernels: never the CPU ops.
+        return False
+
     @staticmethod
     def is_cuda() -> bool:
         return torch.cuda.is_available()

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
-"""Torch-native ParaSLSTM recurrence, used on CPU and as the portable path.
+"""Torch-native ParaSLSTM recurrence: the CPU implementation of ``ops/paraslstm.py``.
 
 The state page of a sequence is ``(4, d)`` with slots ``(c, n, m, h)``. The
 gate pre-activations ``W_x a + b`` arrive as ``(num_tokens, 4 * d)`` in gate
@@ -13,6 +13,10 @@ skipped: their state is neither read nor written and their output is zero.
 
 import torch
 
+from vllm.model_executor.layers.mamba.ops.paraslstm_checks import (
+    check_scan_args,
+    check_update_args,
+)
 from vllm.v1.attention.backends.utils import NULL_BLOCK_ID
 
 PARASLSTM_NORM_EPS = 1e-6
@@ -26,32 +30,6 @@ def _recurrent_term(h: torch.Tensor, recurrent: torch.Tensor) -> torch.Tensor:
     h_heads = h.view(h.shape[0], num_heads, head_dim)
     rec = torch.einsum("bkj,gkje->bgke", h_heads, recurrent)
     return rec.reshape(h.shape[0], 4, num_heads * head_dim)
-
-
-def paraslstm_step(
-    state: torch.Tensor, gates: torch.Tensor, recurrent: torch.Tensor
-) -> torch.Tensor:
-    """One sLSTM step for a batch.
-
-    Args:
-        state: ``(B, 4, d)`` previous ``(c, n, m, h)``.
-        gates: ``(B, 4, d)`` input pre-activations, same dtype as ``state``.
-        recurrent: clamped recurrent weight, same dtype as ``state``.
-
-    Returns:
-        The new state ``(B, 4, d)``.
-
-    """
-    c, n, m, h = state.unbind(1)
-    pre = gates + _recurrent_term(h, recurrent)
-    z_i, z_f, z_z, z_o = pre.unbind(1)
-    m_new = torch.maximum(z_f + m, z_i)
-    i = torch.exp(z_i - m_new)
-    f = torch.exp(z_f + m - m_new)
-    c_new = f * c + i * torch.tanh(z_z)
-    n_new = f * n + i
-    h_new = torch.sigmoid(z_o) * c_new / (n_new + PARASLSTM_NORM_EPS)
-    return torch.stack((c_new, n_new, m_new, h_new), dim=1)
 
 
 # Working gate order of the in-place cell: (z, i, f, o). It puts the pairs
@@ -78,7 +56,10 @@ def _cell_(
     m: torch.Tensor,
     h: torch.Tensor,
 ) -> None:
-    """:func:`paraslstm_step` in place, with the same arithmetic.
+    """One stabilized sLSTM step, in place:
+    ``m' = max(z_f + m, z_i)``, ``i = exp(z_i - m')``, ``f = exp(z_f + m - m')``,
+    ``c' = f c + i tanh(z_z)``, ``n' = f n + i``,
+    ``h' = sigmoid(z_o) c' / (n' + eps)``.
 
     ``z, i, f, o`` are ``(k, 1, d)`` views of the pre-activations (consumed),
     ``i_f`` and ``zi_i`` the ``(k, 2, d)`` views of ``(i, f)`` and ``(z, i)``;
@@ -102,80 +83,6 @@ def _add_recurrent_(pre: torch.Tensor, rec: torch.Tensor, h: torch.Tensor) -> No
         pre.addcmul_(rec, h)
     else:
         pre.add_(_recurrent_term(h.view(h.shape[0], -1), rec))
-
-
-def _check_common(
-    gates: torch.Tensor,
-    recurrent: torch.Tensor,
-    state: torch.Tensor,
-    out: torch.Tensor,
-) -> int:
-    d = state.shape[-1]
-    if state.dim() != 3 or state.shape[1] != 4:
-        raise ValueError(f"state must be (num_blocks, 4, d), got {tuple(state.shape)}")
-    if gates.dim() != 2 or gates.shape[1] != 4 * d:
-        raise ValueError(
-            f"gates must be (num_tokens, {4 * d}), got {tuple(gates.shape)}"
-        )
-    if out.shape != (gates.shape[0], d):
-        raise ValueError(f"out must be ({gates.shape[0]}, {d}), got {tuple(out.shape)}")
-    if recurrent.dim() == 2:
-        ok = recurrent.shape == (4, d)
-    else:
-        ok = (
-            recurrent.dim() == 4
-            and recurrent.shape[0] == 4
-            and recurrent.shape[1] * recurrent.shape[2] == d
-            and recurrent.shape[2] == recurrent.shape[3]
-        )
-    if not ok:
-        raise ValueError(
-            f"recurrent must be (4, {d}) or (4, H, {d}/H, {d}/H), "
-            f"got {tuple(recurrent.shape)}"
-        )
-    return d
-
-
-def check_update_args(
-    gates: torch.Tensor,
-    recurrent: torch.Tensor,
-    state: torch.Tensor,
-    state_indices: torch.Tensor,
-    out: torch.Tensor,
-) -> int:
-    """Validate decode arguments (shared by every implementation); returns d."""
-    d = _check_common(gates, recurrent, state, out)
-    if state_indices.shape != (gates.shape[0],):
-        raise ValueError(
-            f"state_indices must be ({gates.shape[0]},), "
-            f"got {tuple(state_indices.shape)}"
-        )
-    return d
-
-
-def check_scan_args(
-    gates: torch.Tensor,
-    recurrent: torch.Tensor,
-    state: torch.Tensor,
-    query_start_loc: torch.Tensor,
-    state_indices: torch.Tensor,
-    has_initial_state: torch.Tensor | None,
-    out: torch.Tensor,
-) -> tuple[int, int]:
-    """Validate prefill arguments (shared by every implementation); returns
-    ``(d, num_seqs)``."""
-    d = _check_common(gates, recurrent, state, out)
-    num_seqs = query_start_loc.shape[0] - 1
-    if state_indices.shape != (num_seqs,):
-        raise ValueError(
-            f"state_indices must be ({num_seqs},), got {tuple(state_indices.shape)}"
-        )
-    if has_initial_state is not None and has_initial_state.shape != (num_seqs,):
-        raise ValueError(
-            f"has_initial_state must be ({num_seqs},), "
-            f"got {tuple(has_initial_state.shape)}"
-        )
-    return d, num_seqs
 
 
 def paraslstm_update_cpu(

@@ -1,0 +1,70 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM project
+"""Serving compiles no ParaSLSTM kernel: the profile-run warm-up and CUDA
+graph capture compile every variant that requests select (CUDA only)."""
+
+import json
+
+import pytest
+import torch
+
+from vllm import LLM, SamplingParams
+from vllm.triton_utils import triton
+
+pytestmark = pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="the Triton kernels need CUDA"
+)
+
+
+def _write_config(path, mix: str) -> None:
+    config = {
+        "architectures": ["ParaSLSTMForCausalLM"],
+        "model_type": "paraslstm",
+        "vocab_size": 512,
+        "hidden_size": 256,
+        "num_hidden_layers": 2,
+        "mix": mix,
+        "n_heads": 8 if mix == "head" else None,
+        "max_recurrent_norm": 0.5,
+        "tie_word_embeddings": True,
+        "eos_token_id": 0,
+    }
+    (path / "config.json").write_text(json.dumps(config))
+
+
+@pytest.mark.parametrize("mix", ["diag", "head"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_no_kernel_compiles_while_serving(tmp_path, monkeypatch, mix, dtype):
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    _write_config(tmp_path, mix)
+    llm = LLM(
+        model=str(tmp_path),
+        load_format="dummy",
+        skip_tokenizer_init=True,
+        dtype=dtype,
+        max_model_len=6000,
+        max_num_batched_tokens=6000,
+        max_num_seqs=64,
+        gpu_memory_utilization=0.3,
+        seed=0,
+    )
+    compiled: list[str] = []
+    knobs = triton.knobs.runtime
+    previous = knobs.jit_post_compile_hook
+
+    def on_compile(**kwargs):
+        compiled.append(getattr(kwargs.get("fn"), "name", "?"))
+
+    knobs.jit_post_compile_hook = on_compile
+    try:
+        params = SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True)
+        lengths = [1, 17, 300, 5000]
+        for n in lengths:  # one at a time, then all together
+            llm.generate([{"prompt_token_ids": [7] * n}], params, use_tqdm=False)
+        batch = [{"prompt_token_ids": [3 * i + 1] * n} for i, n in enumerate(lengths)]
+        outs = llm.generate(batch, params, use_tqdm=False)
+    finally:
+        knobs.jit_post_compile_hook = previous
+    assert all(len(o.outputs[0].token_ids) == 4 for o in outs)
+    ours = [name for name in compiled if "paraslstm" in name]
+    assert ours == [], f"compiled while serving: {ours}"
