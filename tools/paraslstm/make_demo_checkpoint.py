@@ -22,7 +22,7 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
-from tests.models.language.generation.paraslstm_utils import (  # noqa: E402
+from tests.models.language.generation.paraslstm_pararnn_utils import (  # noqa: E402
     make_reference_checkpoints,
 )
 

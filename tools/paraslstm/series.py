@@ -66,9 +66,26 @@ FETCH_SCRIPT = ROOT / "tools" / "paraslstm" / "fetch_vllm_source.sh"
 
 VLLM_VERSION = os.environ.get("VLLM_SDIST_VERSION", "0.32.0")
 MIRRORED_ROOTS = ("vllm", "tests", "docs", "benchmarks")
-# This project's own documentation and engine benchmark: not part of the
-# upstream series (vLLM's docs get their supported-models row as an edit).
-NOT_UPSTREAM = ("docs/**", "benchmarks/paraslstm/**")
+# Not part of the upstream series: this project's own documentation and
+# engine benchmark (vLLM's docs get their supported-models row as an edit),
+# and the tests that need what vLLM's CI does not have: pararnn-torch in its
+# own environment (live cross-checks, the stored references' drift check and
+# the script that recomputes them), the trained demo checkpoint in examples/,
+# or this project's host handling (the server fault test). They run from the
+# repo root against the plugin (tools/paraslstm/test_files_project.txt).
+PROJECT_TESTS = "tests/models/language/generation/"
+NOT_UPSTREAM = (
+    "docs/**",
+    "benchmarks/paraslstm/**",
+    PROJECT_TESTS + "paraslstm_pararnn_utils.py",
+    PROJECT_TESTS + "paraslstm_pararnn_ref.py",
+    PROJECT_TESTS + "paraslstm_make_reference.py",
+    PROJECT_TESTS + "test_paraslstm_pararnn.py",
+    PROJECT_TESTS + "paraslstm_kjv_ref.py",
+    PROJECT_TESTS + "paraslstm_kjv_heldout.txt",
+    PROJECT_TESTS + "test_paraslstm_kjv.py",
+    PROJECT_TESTS + "test_paraslstm_server.py",
+)
 
 GIT_NAME = "ParaSLSTM Dev"
 GIT_EMAIL = "dev@paraslstm.invalid"

@@ -28,14 +28,10 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer
 
-from tests.models.language.generation.paraslstm_utils import reference_python
-from tests.models.language.generation.test_paraslstm import _in_process_engine, _llm
-from vllm import SamplingParams
+from tests.models.language.generation.paraslstm_pararnn_utils import reference_python
+from vllm import LLM, SamplingParams
 
-pytestmark = [
-    pytest.mark.hybrid_model,
-    pytest.mark.usefixtures(_in_process_engine.__name__),
-]
+pytestmark = pytest.mark.hybrid_model
 
 HERE = Path(__file__).resolve().parent
 REF_SCRIPT = HERE / "paraslstm_kjv_ref.py"
@@ -106,11 +102,19 @@ def reference(inputs, tmp_path_factory) -> dict:
 @pytest.fixture(scope="module")
 def vllm_outputs(inputs) -> dict:
     longest = max(len(s) for s in inputs["sequences"])
-    llm = _llm(
-        str(MODEL_DIR),
-        max_model_len=longest + MAX_NEW_TOKENS + 16,
-        max_num_batched_tokens=1024,
-    )
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        llm = LLM(
+            model=str(MODEL_DIR),
+            skip_tokenizer_init=True,
+            dtype="float32",
+            enforce_eager=True,
+            max_model_len=longest + MAX_NEW_TOKENS + 16,
+            max_num_seqs=4,
+            max_num_batched_tokens=1024,
+            kv_cache_memory_bytes=64 * 2**20,
+            seed=0,
+        )
     try:
         scored = llm.generate(
             [{"prompt_token_ids": s} for s in inputs["sequences"]],

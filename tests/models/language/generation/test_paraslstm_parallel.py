@@ -3,12 +3,13 @@
 """ParaSLSTM under tensor and pipeline parallelism, end to end.
 
 On CPU, vLLM runs TP and PP with the multiprocessing executor: one spawned
-worker per rank, gloo between them. On CUDA the same tests need two GPUs
-(NCCL) and also run TP=2 with CUDA graphs. Each test starts one such engine
-on a pararnn-torch checkpoint and compares it with the pararnn-torch
-reference and with a TP=1 engine: the same greedy tokens, logprobs within
-float32 reduction noise. Each rank's weight shards are compared with slices
-of the unchanged checkpoint.
+worker per rank, gloo between them (the `*_cpu` tests). On CUDA the same
+checks need two GPUs (NCCL, the `*_gpu` tests, `multi_gpu_test`) and also run
+TP=2 with CUDA graphs. Each check starts one such engine on a generated
+checkpoint and compares it with the stored pararnn-torch reference and with
+a TP=1 engine: the same greedy tokens, logprobs within float32 reduction
+noise. Each rank's weight shards are compared with slices of the unchanged
+checkpoint.
 
 Two settings of the CPU backend matter here:
 
@@ -24,50 +25,57 @@ Two settings of the CPU backend matter here:
   allocates the buffer itself, over `collective_rpc`, as the dummy run would.
 """
 
-import gc
 import os
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
-from tests.models.language.generation.paraslstm_utils import (
-    make_reference_checkpoints,
-)
-from tests.models.language.generation.test_paraslstm import (
-    MAX_NEW_TOKENS,
-    NUM_LOGPROBS,
-    PROMPTS,
-    _config,
-    assert_engines_agree,
-    assert_matches_reference,
-)
-from tests.models.language.generation.test_paraslstm import _llm as _base_llm
-from vllm import LLM, SamplingParams, envs
+from tests.utils import multi_gpu_test
+from vllm import envs
+from vllm.model_executor.layers.mamba.mamba_utils import MambaStateShapeCalculator
 from vllm.platforms import current_platform
 from vllm.transformers_utils.configs.paraslstm import ParaSLSTMConfig
 
-pytestmark = pytest.mark.hybrid_model
-
-# On CUDA every rank needs a GPU of its own.
-needs_two_ranks = pytest.mark.skipif(
-    current_platform.is_cuda() and torch.cuda.device_count() < 2,
-    reason="needs 2 GPUs",
+from .paraslstm_utils import (
+    CASES,
+    MAX_TOKENS,
+    NUM_LOGPROBS,
+    UNSHARDABLE_CASES,
+    assert_matches_reference,
+    assert_outputs_agree,
+    load_references,
+    write_checkpoints,
 )
 
-CASES = {
-    "diag-tied-rho0.5-d48": _config("diag", 48, True, 0.5),
-    "head-untied-rhonull-h2": _config("head", 32, False, None, n_heads=2),
-    # Not servable with TP=2: the config check must say so.
-    "head-tied-rho0.5-h3": _config("head", 48, True, 0.5, n_heads=3),
-    "diag-untied-rhonull-d37": _config("diag", 37, False, None),
-}
-# The cases served end to end; the others only need a checkpoint.
+pytestmark = pytest.mark.hybrid_model
+
+REFERENCES = load_references()["cases"]
+# The cases served end to end.
 SERVED = ("diag-tied-rho0.5-d48", "head-untied-rhonull-h2")
 # Against a TP=1 engine the logprobs differ only by float32 rounding (the MLP
 # all-reduce sums in another order; other GEMM thread counts): at most 8e-6
 # measured.
 TP1_LOGPROB_ATOL = 1e-4
+ENGINE_KWARGS = dict(
+    skip_tokenizer_init=True,
+    dtype="float32",
+    max_num_seqs=8,
+    # Chunked prefill: the long prompts span several steps, mixed with
+    # decodes of the others.
+    enable_chunked_prefill=True,
+    max_num_batched_tokens=32,
+    kv_cache_memory_bytes=64 * 2**20,
+)
+on_cpu = pytest.mark.skipif(
+    not current_platform.is_cpu(),
+    reason="CPU backend (gloo); GPUs run the multi_gpu_test variants",
+)
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory) -> dict[str, str]:
+    return write_checkpoints(tmp_path_factory.mktemp("paraslstm"))
 
 
 def _cpu_bind(world_size: int) -> str:
@@ -82,41 +90,10 @@ def _cpu_bind(world_size: int) -> str:
     )
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory) -> dict[str, dict]:
-    jobs = [
-        {
-            "config": config,
-            "seed": seed,
-            "dtype": "float32",
-            "prompts": PROMPTS if name in SERVED else PROMPTS[:1],
-            "max_new_tokens": MAX_NEW_TOKENS,
-            "num_logprobs": NUM_LOGPROBS,
-        }
-        for seed, (name, config) in enumerate(CASES.items())
-    ]
-    results = make_reference_checkpoints(
-        jobs, tmp_path_factory.mktemp("paraslstm_parallel")
-    )
-    return dict(zip(CASES, results))
-
-
-@pytest.fixture(scope="module")
-def tp1_outputs():
-    """Outputs of a TP=1 engine, per checkpoint, computed once."""
-    cache: dict[str, list] = {}
-
-    def get(model: str):
-        if model not in cache:
-            cache[model] = _run(model)
-        return cache[model]
-
-    return get
-
-
 @pytest.fixture
-def in_process_engine(monkeypatch):
-    """The engine core in this process; the executor spawns the ranks."""
+def cpu_ranks(monkeypatch):
+    """The engine core in this process (the executor spawns the ranks), each
+    rank bound to its own share of the CPUs."""
     monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     monkeypatch.setenv("VLLM_CPU_OMP_THREADS_BIND", _cpu_bind(2))
     envs.disable_envs_cache()
@@ -124,42 +101,15 @@ def in_process_engine(monkeypatch):
     envs.disable_envs_cache()
 
 
-def _llm(model: str, **kwargs) -> LLM:
-    # Chunked prefill: the 301-token prompt spans several steps, mixed with
-    # decodes of the others.
-    return _base_llm(model, **{"max_num_batched_tokens": 128, **kwargs})
-
-
-def _shutdown(llm: LLM) -> None:
-    llm.llm_engine.engine_core.shutdown()
-    del llm
-    gc.collect()
-
-
-def _generate(llm: LLM, prompts: list[list[int]]):
-    params = SamplingParams(
-        temperature=0.0,
-        max_tokens=MAX_NEW_TOKENS,
-        ignore_eos=True,
-        logprobs=NUM_LOGPROBS,
-        prompt_logprobs=NUM_LOGPROBS,
+def _generate(vllm_model, prompts: list[list[int]]):
+    return vllm_model.generate_greedy_logprobs(
+        prompts, MAX_TOKENS, NUM_LOGPROBS, num_prompt_logprobs=NUM_LOGPROBS
     )
-    return llm.generate([{"prompt_token_ids": p} for p in prompts], params)
 
 
-def _run(model: str, **kwargs):
-    llm = _llm(model, **kwargs)
-    try:
-        return _generate(llm, PROMPTS)
-    finally:
-        _shutdown(llm)
-
-
-def _assert_same_outputs(got, want, ref: dict, where: str) -> None:
-    """Tokens as the reference; logprobs as the reference (1e-3, as for TP=1)
-    and as the TP=1 engine (TP1_LOGPROB_ATOL)."""
-    assert_matches_reference(got, ref, where)
-    assert_engines_agree(got, want, TP1_LOGPROB_ATOL, where)
+def _tp1_outputs(vllm_runner, ckpt: str, prompts, enforce_eager: bool):
+    with vllm_runner(ckpt, enforce_eager=enforce_eager, **ENGINE_KWARGS) as model:
+        return _generate(model, prompts)
 
 
 def _rank_shards_rpc():
@@ -236,52 +186,48 @@ def _expected_shards(ckpt: str, config: dict, rank: int, tp: int) -> dict:
     }
 
 
-@needs_two_ranks
-@pytest.mark.parametrize(
-    "enforce_eager",
-    [
-        True,
-        pytest.param(
-            False,
-            marks=pytest.mark.skipif(
-                not current_platform.is_cuda(), reason="CUDA graphs need CUDA"
-            ),
-            id="cuda-graphs",
-        ),
-    ],
-)
-@pytest.mark.parametrize("case", SERVED)
-def test_tensor_parallel_matches_tp1(
-    reference, tp1_outputs, in_process_engine, case, enforce_eager
-):
-    ref = reference[case]
-    config = CASES[case]
-    ckpt_files = sorted(os.listdir(ref["out_dir"]))
-    llm = _llm(
-        ref["out_dir"],
+def _check_tensor_parallel(vllm_runner, ckpt: str, case: str, enforce_eager: bool):
+    """TP=2: each rank holds its slices of the unchanged checkpoint, and the
+    outputs are the reference's and the TP=1 engine's."""
+    ref = REFERENCES[case]
+    files = sorted(os.listdir(ckpt))
+    with vllm_runner(
+        ckpt,
         tensor_parallel_size=2,
         distributed_executor_backend="mp",
         enforce_eager=enforce_eager,
-    )
-    try:
-        shards = llm.collective_rpc(_rank_shards_rpc())
-        tp2 = _generate(llm, PROMPTS)
-    finally:
-        _shutdown(llm)
-    tp1 = tp1_outputs(ref["out_dir"])
+        **ENGINE_KWARGS,
+    ) as vllm_model:
+        shards = vllm_model.collective_rpc(_rank_shards_rpc())
+        tp2 = _generate(vllm_model, ref["prompts"])
+    tp1 = _tp1_outputs(vllm_runner, ckpt, ref["prompts"], enforce_eager=True)
 
     assert [s["rank"] for s in shards] == [0, 1]
     for rank, got in enumerate(shards):
-        want = _expected_shards(ref["out_dir"], config, rank, 2)
+        want = _expected_shards(ckpt, CASES[case]["config"], rank, 2)
         for key, value in want.items():
             if isinstance(value, torch.Tensor):
                 torch.testing.assert_close(got[key], value, rtol=0, atol=0, msg=key)
             else:
                 assert got[key] == value, key
     # The checkpoint is loaded as written: no converted copy next to it.
-    assert sorted(os.listdir(ref["out_dir"])) == ckpt_files
-    where = f"{case} TP=2" + ("" if enforce_eager else " CUDA graphs")
-    _assert_same_outputs(tp2, tp1, ref, where)
+    assert sorted(os.listdir(ckpt)) == files
+    where = f"{case} TP=2" + ("" if enforce_eager else " with CUDA graphs")
+    assert_matches_reference(tp2, ref, where)
+    assert_outputs_agree(tp2, tp1, TP1_LOGPROB_ATOL, f"{where} vs TP=1")
+
+
+@on_cpu
+@pytest.mark.parametrize("case", SERVED)
+def test_tensor_parallel_cpu(vllm_runner, checkpoints, cpu_ranks, case):
+    _check_tensor_parallel(vllm_runner, checkpoints[case], case, enforce_eager=True)
+
+
+@multi_gpu_test(num_gpus=2)
+@pytest.mark.parametrize("enforce_eager", [True, False], ids=["eager", "graphs"])
+@pytest.mark.parametrize("case", SERVED)
+def test_tensor_parallel_gpu(vllm_runner, checkpoints, case, enforce_eager):
+    _check_tensor_parallel(vllm_runner, checkpoints[case], case, enforce_eager)
 
 
 def _pp_stage_rpc():
@@ -314,24 +260,38 @@ def _pp_stage_rpc():
     return pp_stage
 
 
-@needs_two_ranks
-def test_pipeline_parallel_matches_tp1(reference, tp1_outputs, in_process_engine):
-    ref = reference["diag-tied-rho0.5-d48"]
-    llm = _llm(
-        ref["out_dir"], pipeline_parallel_size=2, distributed_executor_backend="mp"
-    )
-    try:
-        stages = llm.collective_rpc(_pp_stage_rpc())
-        pp2 = _generate(llm, PROMPTS)
-    finally:
-        _shutdown(llm)
-    tp1 = tp1_outputs(ref["out_dir"])
+def _check_pipeline_parallel(vllm_runner, ckpt: str, case: str):
+    """PP=2: one layer per stage, the reference's and TP=1's outputs."""
+    ref = REFERENCES[case]
+    with vllm_runner(
+        ckpt,
+        pipeline_parallel_size=2,
+        distributed_executor_backend="mp",
+        enforce_eager=True,
+        **ENGINE_KWARGS,
+    ) as vllm_model:
+        stages = vllm_model.collective_rpc(_pp_stage_rpc())
+        pp2 = _generate(vllm_model, ref["prompts"])
+    tp1 = _tp1_outputs(vllm_runner, ckpt, ref["prompts"], enforce_eager=True)
 
     assert stages == [
         {"rank": 0, "layers": [0], "range": (0, 1)},
         {"rank": 1, "layers": [1], "range": (1, 2)},
     ]
-    _assert_same_outputs(pp2, tp1, ref, "PP=2")
+    assert_matches_reference(pp2, ref, f"{case} PP=2")
+    assert_outputs_agree(pp2, tp1, TP1_LOGPROB_ATOL, f"{case} PP=2 vs TP=1")
+
+
+@on_cpu
+def test_pipeline_parallel_cpu(vllm_runner, checkpoints, cpu_ranks):
+    case = "diag-tied-rho0.5-d48"
+    _check_pipeline_parallel(vllm_runner, checkpoints[case], case)
+
+
+@multi_gpu_test(num_gpus=2)
+def test_pipeline_parallel_gpu(vllm_runner, checkpoints):
+    case = "diag-tied-rho0.5-d48"
+    _check_pipeline_parallel(vllm_runner, checkpoints[case], case)
 
 
 @pytest.mark.parametrize(
@@ -350,16 +310,20 @@ def test_pipeline_parallel_matches_tp1(reference, tp1_outputs, in_process_engine
         ),
     ],
 )
-@needs_two_ranks
-def test_unshardable_model_fails_at_config_time(reference, case, match):
+def test_unshardable_model_fails_at_config_time(vllm_runner, checkpoints, case, match):
     """Raised by config verification in this process, before any worker
     starts (not as "Engine core initialization failed")."""
-    with pytest.raises(ValueError, match=match):
-        _llm(
-            reference[case]["out_dir"],
+    assert case in UNSHARDABLE_CASES or case in CASES
+    with (
+        pytest.raises(ValueError, match=match),
+        vllm_runner(
+            checkpoints[case],
             tensor_parallel_size=2,
             distributed_executor_backend="mp",
-        )
+            **ENGINE_KWARGS,
+        ),
+    ):
+        pass
 
 
 @pytest.mark.parametrize(
@@ -379,10 +343,20 @@ def test_config_rejects_tp_size(kwargs, tp, match):
 
 
 @pytest.mark.parametrize(
-    "kwargs,tp",
-    [({"mix": "head", "n_heads": 4}, 4), ({"mix": "head", "n_heads": 2}, 2), ({}, 8)],
+    "kwargs,tp,channels_per_rank",
+    [
+        ({"mix": "head", "n_heads": 4}, 4, 12),
+        ({"mix": "head", "n_heads": 2}, 2, 24),
+        ({}, 8, 6),
+    ],
 )
-def test_config_accepts_tp_size(kwargs, tp):
-    ParaSLSTMConfig(
-        **{"hidden_size": 48, "mlp_ratio": 2.0, **kwargs}
-    ).verify_tensor_parallel_size(tp)
+def test_config_accepts_tp_size(kwargs, tp, channels_per_rank):
+    """Accepted sizes shard into whole heads and MLP units, and each rank's
+    state page holds its share of the channels."""
+    config = ParaSLSTMConfig(**{"hidden_size": 48, "mlp_ratio": 2.0, **kwargs})
+    config.verify_tensor_parallel_size(tp)
+    shape = MambaStateShapeCalculator.paraslstm_state_shape(tp, config.hidden_size)
+    assert shape == ((4, channels_per_rank),)
+    assert config.intermediate_size % tp == 0
+    if config.mix == "head":
+        assert config.n_heads % tp == 0
