@@ -6,17 +6,18 @@
 # stages; docs/gpu.md has the calls. Runs from the repo root there. Logs go
 # to $OUT (the device tool's return folder) when it is set, else ./out/gpu.
 #
-#   a         unpack .gpuvllm/a (the kernel library) into /tmp/site
+#   a         unpack .gpuvllm/a (the kernel library) into /tmp/site; when the
+#             pack split it (a/*.00 + a2/*.01), keep the first part for a2
+#   a2        join the two parts of a split kernel library and unpack it
 #   b         unpack .gpuvllm/b (the rest of vLLM) there, install the series
 #             (paraslstm_series.tar, checked against the pristine files)
-#   tests     pytest on the GPU: kernels (on the last GPU), model and CUDA
-#             graph tests (GPU 0). The reference outputs come from the cache
-#             .gpuvllm/ref (PARASLSTM_REF_CACHE; pararnn-torch is not there)
+#   tests     the upstream-bound tests (tools/paraslstm/test_files.txt) inside
+#             the patched tree's tests/ (.gpuvllm/t from pack_tests.sh), the
+#             kernel tests on the last GPU beside the model tests on GPU 0
 #   parallel  the tensor/pipeline-parallel tests (two GPUs)
 #   only "A"  pytest A (a space-separated selection) on GPU 0
 #   bench S   benchmarks/paraslstm/benchmark_engine_gpu.py --suite S
 #   benchpair S1 S2   suite S1 on GPU 0 and S2 on GPU 1, at the same time
-#   newton    the Newton kernel benchmark (sequential, Newton, auto)
 #   kernelbench  the decode/scan kernel benchmark against the copy ceiling
 #
 # Several stages may be given: `device.sh b tests bench small`.
@@ -28,7 +29,6 @@ LOGS="${OUT:-out/gpu}"
 mkdir -p "$LOGS"
 export PYTHONPATH="$SITE:$PWD" PYTHONUNBUFFERED=1
 export VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
-export PARASLSTM_REF_CACHE="$PWD/$CARRY/ref"
 export PARASLSTM_KJV_MODEL="$PWD/examples/paraslstm-kjv"
 STATUS=0
 
@@ -44,6 +44,7 @@ run_pytest() {  # name, timeout, pytest args...
     local rc=${PIPESTATUS[0]}
     note "pytest $name: rc=$rc"
     [[ $rc == 0 ]] || STATUS=1
+    return "$rc"
 }
 
 run_kernel_bench() {  # name, script, args...
@@ -72,8 +73,17 @@ while [[ $# -gt 0 ]]; do
     case $stage in
     a)
         rm -rf $SITE && mkdir -p $SITE
-        tar -xJf "$CARRY/a/vllm_c.tar.xz" -C $SITE && touch $SITE/.a_ok
-        note "a: unpacked"
+        if [[ -f "$CARRY/a/vllm_c.tar.xz" ]]; then
+            tar -xJf "$CARRY/a/vllm_c.tar.xz" -C $SITE && touch $SITE/.a_ok
+        else
+            cp "$CARRY"/a/vllm_c.tar.xz.00 /tmp/vllm_c.00
+        fi
+        note "a: done"
+        ;;
+    a2)
+        cat /tmp/vllm_c.00 "$CARRY"/a2/vllm_c.tar.xz.01 | tar -xJ -C $SITE \
+            && touch $SITE/.a_ok
+        note "a2: unpacked"
         ;;
     b)
         [[ -f $SITE/.a_ok ]] || { echo "device.sh: stage a missing"; exit 3; }
@@ -89,22 +99,31 @@ print('vllm', vllm.__version__, 'torch', torch.__version__, \
         ;;
     tests)
         need_site
+        python3 -m pip install -q --no-index --no-deps --target $SITE "$CARRY"/t/*.whl
+        rm -rf /tmp/intree && mkdir -p /tmp/intree
+        tar -xJf "$CARRY/t/tests.tar.xz" -C /tmp/intree || exit 3
+        mapfile -t files < <(grep -v '^#' tools/paraslstm/test_files.txt)
+        kfiles=() mfiles=()
+        for f in "${files[@]}"; do
+            if [[ $f == tests/kernels/* ]]; then kfiles+=("$f"); else mfiles+=("$f"); fi
+        done
         gpus=$(python3 -c "import torch; print(torch.cuda.device_count())")
-        # The kernel tests on the last GPU, beside the model tests on GPU 0.
-        (CUDA_VISIBLE_DEVICES=$((gpus - 1)) run_pytest kernels 500 tests/kernels/mamba \
-            >"$LOGS/kernels.out" 2>&1) &
+        repo=$PWD
+        cd /tmp/intree
+        (CUDA_VISIBLE_DEVICES=$((gpus - 1)) PYTHONPATH=$SITE:/tmp/intree \
+            run_pytest kernels 500 "${kfiles[@]}" >"$LOGS/kernels.out" 2>&1) &
         kernels=$!
-        CUDA_VISIBLE_DEVICES=0 run_pytest models 560 \
-            tests/models/language/generation/test_paraslstm.py \
-            tests/models/language/generation/test_paraslstm_cuda_graph.py \
-            tests/models/language/generation/test_paraslstm_robustness.py
+        CUDA_VISIBLE_DEVICES=0 PYTHONPATH=$SITE:/tmp/intree run_pytest models 560 "${mfiles[@]}"
         wait $kernels || STATUS=1
         cat "$LOGS/kernels.out"
         grep -q "rc=0" "$LOGS/kernels.out" || STATUS=1
+        cd "$repo"
         ;;
     parallel)
         need_site
-        run_pytest parallel 400 tests/models/language/generation/test_paraslstm_parallel.py
+        [[ -d /tmp/intree/tests ]] || { echo "device.sh: run the tests stage first"; exit 3; }
+        (cd /tmp/intree && PYTHONPATH=$SITE:/tmp/intree run_pytest parallel 400 \
+            tests/models/language/generation/test_paraslstm_parallel.py) || STATUS=1
         ;;
     only)
         need_site
@@ -126,10 +145,6 @@ print('vllm', vllm.__version__, 'torch', torch.__version__, \
         CUDA_VISIBLE_DEVICES=0 bench "$s1"
         wait $other || STATUS=1
         cat "$LOGS/bench-$s2.out"
-        ;;
-    newton)
-        need_site
-        run_kernel_bench newton benchmarks/kernels/benchmark_paraslstm_newton.py
         ;;
     kernelbench)
         need_site

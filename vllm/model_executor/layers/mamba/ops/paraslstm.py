@@ -330,6 +330,9 @@ def _paraslstm_scan_kernel(
         r = rec_ptr + ch[None, :] * stride_r_out
         rec = _load_gates(r, stride_r_gate, ch_mask[None, :])
 
+    # 64-bit token strides: step offsets t * stride may pass 2**31.
+    stride_g_tok = stride_g_tok.to(tl.int64)
+    stride_o_tok = stride_o_tok.to(tl.int64)
     first = starts.to(tl.int64)[:, None]
     g = gates_ptr + first * stride_g_tok + ch[None, :] * stride_g_ch
     o = out_ptr + first * stride_o_tok + ch[None, :] * stride_o_ch
@@ -438,6 +441,8 @@ def _paraslstm_scan_wide_kernel(
     h_row = state_ptr + pages[:, None] * stride_s_blk + 3 * stride_s_slot
     r = rec_ptr + tl.program_id(1) * stride_r_head + e[None, :] * stride_r_out
 
+    stride_g_tok = stride_g_tok.to(tl.int64)
+    stride_o_tok = stride_o_tok.to(tl.int64)
     first = starts.to(tl.int64)[:, None]
     g = gates_ptr + first * stride_g_tok + ch[None, :] * stride_g_ch
     o = out_ptr + first * stride_o_tok + ch[None, :] * stride_o_ch
