@@ -76,7 +76,7 @@ MIRRORED_ROOTS = ("vllm", "tests", "docs", "benchmarks")
 PROJECT_TESTS = "tests/models/language/generation/"
 NOT_UPSTREAM = (
     "docs/**",
-    "benchmarks/paraslstm/**",
+    "benchmarks/**",
     PROJECT_TESTS + "paraslstm_pararnn_utils.py",
     PROJECT_TESTS + "paraslstm_pararnn_ref.py",
     PROJECT_TESTS + "paraslstm_make_reference.py",
@@ -87,8 +87,15 @@ NOT_UPSTREAM = (
     PROJECT_TESTS + "test_paraslstm_server.py",
 )
 
-GIT_NAME = "ParaSLSTM Dev"
-GIT_EMAIL = "dev@paraslstm.invalid"
+# Author, committer and DCO sign-off of every patch. Whoever sends the PR
+# sets their own identity (PARASLSTM_SERIES_AUTHOR="Full Name <email>") for
+# `generate` and for `check` alike; the committed patches use the default.
+DEFAULT_AUTHOR = "ParaSLSTM authors <paraslstm@users.noreply.github.com>"
+_AUTHOR = os.environ.get("PARASLSTM_SERIES_AUTHOR", DEFAULT_AUTHOR)
+GIT_NAME, _, _rest = _AUTHOR.partition(" <")
+GIT_EMAIL = _rest.rstrip(">")
+if not GIT_NAME or "@" not in GIT_EMAIL or GIT_EMAIL.endswith(".invalid"):
+    raise SystemExit(f"PARASLSTM_SERIES_AUTHOR must be 'Name <email>', got {_AUTHOR!r}")
 PRISTINE_DATE = "2026-10-01T00:00:00+0000"
 SERIES_DATE = "2026-11-29T00:00:00+0000"
 CO_AUTHOR = "Co-authored-by: Claude <noreply@anthropic.com>"
@@ -107,9 +114,10 @@ SERIES: tuple[Commit, ...] = (
         subject="[Model] Add ParaSLSTM HF config",
         body=(
             'Add ParaSLSTMConfig (model_type "paraslstm") for ParaSLSTM, an\n'
-            "attention-free sLSTM language model with a diagonal recurrence\n"
-            "trained by pararnn. The config is not in transformers, so register\n"
-            "it in the lazy configs module and in _CONFIG_REGISTRY."
+            "attention-free sLSTM language model (per-channel or per-head\n"
+            "recurrence) as saved by pararnn-torch. The config is not in\n"
+            "transformers, so register it in the lazy configs module and in\n"
+            "_CONFIG_REGISTRY. It validates every field the model reads."
         ),
         patterns=("vllm/transformers_utils/configs/**",),
         edits=("hf-config-lazy-import.diff", "hf-config-registry.diff"),
@@ -117,40 +125,49 @@ SERIES: tuple[Commit, ...] = (
     Commit(
         subject="[Kernel] Add ParaSLSTM ops",
         body=(
-            "Add the ParaSLSTM varlen prefill scan and decode update: Triton\n"
-            "kernels for GPUs and torch-native ops for CPU. The state of one\n"
-            "sequence is one (4, d_h) float32 tensor (c, n, m, h); the state\n"
-            "shape, dtype and prefix-caching copy function go into the mamba\n"
-            "state calculators. Kernel tests compare both paths against a torch\n"
-            "reference and run in the CPU kernel job as well."
+            "Add the ParaSLSTM varlen prefill scan and decode update. On GPUs,\n"
+            "three Triton kernels share one sLSTM cell: the decode step, the\n"
+            "varlen scan (state in registers, gate loads eight steps ahead of\n"
+            "the dependency chain), and a scan for heads wider than 64 that\n"
+            "streams the recurrent blocks. On CPU the public names are rebound\n"
+            "to torch-native ops. The state of one sequence is one (4, d) tensor\n"
+            "(c, n, m, h). Kernel tests compare both against a float64\n"
+            "step-by-step reference and run in the CPU kernel job as well."
         ),
         patterns=(
             "vllm/model_executor/layers/mamba/ops/**",
             "tests/kernels/**",
-            "benchmarks/kernels/**",
         ),
-        edits=("mamba-state-calculators.diff", "buildkite-cpu-kernel-tests.diff"),
+        edits=("buildkite-cpu-kernel-tests.diff",),
     ),
     Commit(
         subject="[Core] Add ParaSLSTM mamba attention backend",
         body=(
             "Add MambaAttentionBackendEnum.PARASLSTM with its metadata builder,\n"
-            "a conv-less subclass of the base mamba builder, and split graphs at\n"
-            "the vllm::paraslstm_mixer custom op."
+            "a conv-less subclass of the base mamba builder, split graphs at\n"
+            "the vllm::paraslstm_mixer custom op, and give the mamba state\n"
+            "calculators the ParaSLSTM state's shape, dtype (float32 unless\n"
+            "mamba_ssm_cache_dtype says otherwise) and prefix-caching copy."
         ),
         patterns=("vllm/v1/**",),
-        edits=("mamba-backend-enum.diff", "compilation-attention-ops.diff"),
+        edits=(
+            "mamba-backend-enum.diff",
+            "compilation-attention-ops.diff",
+            "mamba-state-calculators.diff",
+        ),
     ),
     Commit(
         subject="[Model] Add ParaSLSTM mixer and model",
         body=(
             "Add ParaSLSTMMixer (MambaBase layer run through the\n"
             "vllm::paraslstm_mixer custom op) and ParaSLSTMForCausalLM\n"
-            "(attention-free, pipeline parallel, mamba prefix caching). The\n"
-            "model uses MambaModelConfig through a small subclass that rejects\n"
-            "speculative decoding, which the recurrent state does not support\n"
-            "yet. Register the architecture, add the example-model entry, the\n"
-            "model tests and the supported-models row."
+            "(attention-free, tensor and pipeline parallel, mamba prefix\n"
+            "caching, CUDA graphs). The model uses MambaModelConfig through a\n"
+            "small subclass that rejects speculative decoding, which the\n"
+            "recurrent state does not support yet. Register the architecture,\n"
+            "add the example-model entry, the supported-models row and model\n"
+            "tests: tiny checkpoints written at test time in pararnn-torch's\n"
+            "layout, compared with pararnn-torch outputs stored beside them."
         ),
         patterns=(
             "vllm/model_executor/layers/mamba/*",

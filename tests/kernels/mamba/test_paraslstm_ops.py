@@ -19,8 +19,7 @@ NULL = 0
 IMPLS = {"cpu": ("cpu", paraslstm_scan_cpu, paraslstm_update_cpu)}
 
 # The Triton kernels run natively on CUDA, and on CPU through the Triton
-# interpreter (TRITON_INTERPRET=1) where a real triton is bound, see
-# tools/paraslstm/run_triton_interpret_tests.sh.
+# interpreter (TRITON_INTERPRET=1) where a real triton is installed.
 _INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 if HAS_TRITON and (torch.cuda.is_available() or _INTERPRET):
     from vllm.model_executor.layers.mamba.ops import paraslstm as triton_ops
