@@ -22,10 +22,13 @@ set -euo pipefail
 
 VERSION="${VLLM_SDIST_VERSION:-0.32.0}"
 SHA256_0_32_0="d2c957d5eee3d0985012151315ddc62cbe0cd368fc96a5fc3510438d9dddf2ad"
+SHA256_0_33_0="f4c33c2503d52bb411146afa9618a4f48bed68912f617e6803ac8d76e4c74112"
 if [[ -n "${VLLM_SDIST_SHA256:-}" ]]; then
     EXPECTED="$VLLM_SDIST_SHA256"
 elif [[ "$VERSION" == "0.32.0" ]]; then
     EXPECTED="$SHA256_0_32_0"
+elif [[ "$VERSION" == "0.33.0" ]]; then
+    EXPECTED="$SHA256_0_33_0"
 else
     EXPECTED=""
 fi

@@ -16,8 +16,12 @@ Modes:
              patches are removed.
   check      On a fresh pristine tree, `git am patches/*.patch`, then verify
              that every new file is byte-identical to the repo's copy, that
-             every edit diff is applied (and nothing else changed), and that
-             patches/ is up to date with the repo. Exits 1 on any mismatch.
+             every edit diff is applied (and nothing else changed), that
+             patches/ is up to date with the repo, and that every `vllm` /
+             `tests` import of the new modules resolves in the patched tree.
+             Then the same series on each of ALSO_TARGETS (v0.33.0): `git am`
+             without a 3-way merge, files identical, imports resolving.
+             Exits 1 on any mismatch.
   apply      `git am --keep-non-patch` patches/ onto a fresh pristine tree at
              DEST (default .cache/series/patched) and print its path.
              (--keep-non-patch keeps the [Model]/[Kernel]/[Core] tags.)
@@ -38,7 +42,7 @@ The pristine tree comes from the v0.32.0 sdist fetched and hash-checked by
 tools/paraslstm/fetch_vllm_source.sh (cached under .cache/). To see whether
 the series applies to another release, e.g.
 `VLLM_SDIST_VERSION=0.33.0 python3 tools/paraslstm/series.py apply /tmp/v033`
-(patches/ must always be generated and checked against 0.32.0).
+(patches/ are generated against 0.32.0; `check` also applies them to 0.33.0).
 
 Typical use (from the repo root):
   python3 tools/paraslstm/series.py generate
@@ -48,6 +52,7 @@ Typical use (from the repo root):
 """
 
 import argparse
+import ast
 import filecmp
 import os
 import shutil
@@ -65,6 +70,9 @@ SERIES_CACHE = CACHE / "series"
 FETCH_SCRIPT = ROOT / "tools" / "paraslstm" / "fetch_vllm_source.sh"
 
 VLLM_VERSION = os.environ.get("VLLM_SDIST_VERSION", "0.32.0")
+# Newer releases the series must also apply to as it is (`check`): `git am`
+# without a 3-way merge, new files byte-identical, imports resolving.
+ALSO_TARGETS = ("0.33.0",)
 MIRRORED_ROOTS = ("vllm", "tests", "docs", "benchmarks")
 # Not part of the upstream series: this project's own documentation and
 # engine benchmark (vLLM's docs get their supported-models row as an edit),
@@ -366,7 +374,10 @@ def edit_targets(diff: Path) -> list[str]:
 
 
 def fetch_sdist() -> Path:
-    out = subprocess.run(["bash", str(FETCH_SCRIPT)], capture_output=True, text=True)
+    env = {**os.environ, "VLLM_SDIST_VERSION": VLLM_VERSION}
+    out = subprocess.run(
+        ["bash", str(FETCH_SCRIPT)], capture_output=True, text=True, env=env
+    )
     if out.returncode != 0:
         raise SeriesError(f"fetch_vllm_source.sh failed:\n{out.stderr}")
     return Path(out.stdout.strip().splitlines()[-1])
@@ -536,6 +547,116 @@ def am_patches(repo: Path) -> None:
         raise SeriesError(f"git am patches/*.patch failed:\n{proc.stdout}{proc.stderr}")
 
 
+def _top_level_names(tree: ast.Module) -> set[str]:
+    names: set[str] = set()
+    stack: list[ast.stmt] = list(tree.body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                names.add((alias.asname or alias.name).split(".")[0])
+        elif isinstance(node, (ast.If, ast.Try, ast.With)):
+            for field in ("body", "orelse", "finalbody", "handlers"):
+                for child in getattr(node, field, []):
+                    stack.extend(
+                        child.body if isinstance(child, ast.ExceptHandler) else [child]
+                    )
+    return names
+
+
+def check_imports(tree: Path, files: list[str]) -> list[str]:
+    """Every `vllm`/`tests` import of the new modules resolves in ``tree``:
+    the module exists and defines (or lazily exports) each imported name."""
+    problems: list[str] = []
+    parsed: dict[Path, tuple[set[str], set[str]]] = {}
+
+    def module_file(module: str) -> Path | None:
+        base = tree / module.replace(".", "/")
+        for cand in (base.with_suffix(".py"), base / "__init__.py"):
+            if cand.is_file():
+                return cand
+        return None
+
+    def exported(path: Path) -> tuple[set[str], set[str]]:
+        if path not in parsed:
+            parsed[path] = (set(), set())  # (cycles)
+            mod = ast.parse(path.read_text())
+            strings = {
+                n.value
+                for n in ast.walk(mod)
+                if isinstance(n, ast.Constant) and isinstance(n.value, str)
+            }
+            names = _top_level_names(mod)
+            for node in mod.body:  # `from .x import *` re-exports x's names
+                if isinstance(node, ast.ImportFrom) and node.names[0].name == "*":
+                    pkg = path.parent.relative_to(tree).as_posix().replace("/", ".")
+                    for _ in range(node.level - 1):
+                        pkg = pkg.rpartition(".")[0]
+                    target = ".".join(p for p in (pkg, node.module) if p)
+                    star = module_file(target if node.level else node.module or "")
+                    if star is not None:
+                        names |= exported(star)[0]
+            parsed[path] = (names, strings if "__getattr__" in names else set())
+        return parsed[path]
+
+    for rel in files:
+        if not rel.endswith(".py"):
+            continue
+        for node in ast.walk(ast.parse((tree / rel).read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                mods = [(node.module, [a.name for a in node.names])]
+            elif isinstance(node, ast.Import):
+                mods = [(a.name, []) for a in node.names]
+            else:
+                continue
+            for module, names in mods:
+                if module.split(".")[0] not in ("vllm", "tests"):
+                    continue
+                path = module_file(module)
+                if path is None:
+                    problems.append(f"{rel}: no module {module}")
+                    continue
+                defined, lazy = exported(path)
+                for name in names:
+                    sub = module_file(f"{module}.{name}")
+                    if name not in defined and name not in lazy and sub is None:
+                        problems.append(f"{rel}: {module} has no {name}")
+    return problems
+
+
+def check_target(version: str) -> list[str]:
+    """The series as it is on another release: `git am` (no 3-way merge),
+    new files identical to the repo's, their imports resolving there."""
+    global VLLM_VERSION
+    base_version, VLLM_VERSION = VLLM_VERSION, version
+    tmp = scratch(f"check-{version}")
+    problems: list[str] = []
+    try:
+        am = fresh_clone(tmp / "am")
+        try:
+            am_patches(am)
+        except SeriesError as e:
+            return [f"v{version}: {e}"]
+        files = [f for f in repo_new_files() if (am / f).is_file()]
+        for path in files:
+            if not filecmp.cmp(Source.root / path, am / path, shallow=False):
+                problems.append(f"v{version}: {path} differs from the repo's copy")
+        added = git(am, "diff", "--name-only", "--diff-filter=A", "HEAD~4", "HEAD")
+        new_py = [p for p in added.split() if p.endswith(".py")]
+        problems += [f"v{version}: {p}" for p in check_imports(am, new_py)]
+        log(f"v{version}: git am ok, {len(new_py)} new modules checked")
+    finally:
+        VLLM_VERSION = base_version
+        shutil.rmtree(tmp, ignore_errors=True)
+    return problems
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     tmp = scratch("check")
     problems: list[str] = []
@@ -611,8 +732,13 @@ def cmd_check(args: argparse.Namespace) -> int:
                 "the tree from `git am patches/*` differs from the tree built "
                 "from the repo's files and edits"
             )
+        new_py = [p for p in sorted(added) if p.endswith(".py")]
+        problems += [f"v{VLLM_VERSION}: {p}" for p in check_imports(am, new_py)]
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    for version in ALSO_TARGETS:
+        if version != VLLM_VERSION:
+            problems += check_target(version)
 
     if problems:
         print("series check FAILED:", file=sys.stderr)
