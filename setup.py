@@ -4,7 +4,8 @@
 
 `pip install --no-deps .` builds a wheel holding the `vllm_paraslstm` package,
 a copy of this repo's new `vllm/**.py` files as package data (taken from the
-repo at build time) and `vllm_paraslstm.pth`, which makes those files
+repo at build time), the upstream edits whose code the plugin runs
+(`upstream-edits/*.diff`), and `vllm_paraslstm.pth`, which makes those files
 importable under their in-tree module names. See plugin/README.md.
 """
 
@@ -17,6 +18,7 @@ from setuptools.command.build_py import build_py
 ROOT = Path(__file__).resolve().parent
 PTH_NAME = "vllm_paraslstm.pth"
 PTH_LINE = "import vllm_paraslstm._finder; vllm_paraslstm._finder.install()\n"
+EDITS = ("mamba-state-calculators.diff", "models-config-map.diff")
 
 
 class BuildPyWithInTreeFiles(build_py):
@@ -32,6 +34,12 @@ class BuildPyWithInTreeFiles(build_py):
             dst = intree / src.relative_to(ROOT)
             dst.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(src, dst)
+        # The edits the plugin performs at run time, read from their diffs.
+        edits = build_lib / "vllm_paraslstm" / "edits"
+        shutil.rmtree(edits, ignore_errors=True)
+        edits.mkdir()
+        for name in EDITS:
+            shutil.copyfile(ROOT / "upstream-edits" / name, edits / name)
         (build_lib / PTH_NAME).write_text(PTH_LINE)
 
 

@@ -11,6 +11,8 @@ that already has the series merged, and safe to call more than once.
 Nothing in this module imports vLLM at import time.
 """
 
+import regex as re
+
 MODEL_ARCH = "ParaSLSTMForCausalLM"
 MODEL_TYPE = "paraslstm"
 CONFIG_CLASS = "ParaSLSTMConfig"
@@ -32,30 +34,6 @@ def series_merged() -> bool:
     return MODEL_ARCH in _VLLM_MODELS
 
 
-def _paraslstm_state_shape(
-    cls, tp_world_size: int, hidden_size: int
-) -> tuple[tuple[int, int]]:
-    from vllm.distributed import divide
-
-    return ((4, divide(hidden_size, tp_world_size)),)
-
-
-def _paraslstm_state_dtype(cls, model_dtype, mamba_ssm_cache_dtype="auto"):
-    import torch
-
-    from vllm.utils.torch_utils import STR_DTYPE_TO_TORCH_DTYPE
-
-    if mamba_ssm_cache_dtype == "auto":
-        return (torch.float32,)
-    return (STR_DTYPE_TO_TORCH_DTYPE[mamba_ssm_cache_dtype],)
-
-
-def _paraslstm_state_copy_func(cls):
-    from vllm.model_executor.layers.mamba.mamba_utils import get_temporal_copy_spec
-
-    return (get_temporal_copy_spec,)
-
-
 def _register_config() -> None:
     from transformers import AutoConfig
 
@@ -73,25 +51,14 @@ def _register_config() -> None:
 def _register_state_calculators() -> None:
     from vllm.model_executor.layers.mamba import mamba_utils
 
-    for cls, name, func in (
-        (
-            mamba_utils.MambaStateShapeCalculator,
-            "paraslstm_state_shape",
-            _paraslstm_state_shape,
-        ),
-        (
-            mamba_utils.MambaStateDtypeCalculator,
-            "paraslstm_state_dtype",
-            _paraslstm_state_dtype,
-        ),
-        (
-            mamba_utils.MambaStateCopyFuncCalculator,
-            "paraslstm_state_copy_func",
-            _paraslstm_state_copy_func,
-        ),
-    ):
-        if not hasattr(cls, name):
-            setattr(cls, name, classmethod(func))
+    from . import _edits
+
+    for context, source in _edits.hunks("mamba-state-calculators.diff"):
+        # each hunk adds classmethods to the calculator class its header names
+        cls = getattr(mamba_utils, re.match(r"class (\w+)", context).group(1))
+        for name, method in _edits.define(source, mamba_utils).items():
+            if not hasattr(cls, name):
+                setattr(cls, name, method)
 
 
 def _register_backend() -> None:
@@ -105,22 +72,17 @@ def _register_backend() -> None:
 
 
 def _register_models_config() -> None:
-    from vllm.model_executor.models.config import MODELS_CONFIG_MAP, MambaModelConfig
+    from vllm.model_executor.models import config
 
-    if MODEL_ARCH in MODELS_CONFIG_MAP:
+    from . import _edits
+
+    if MODEL_ARCH in config.MODELS_CONFIG_MAP:
         return
-
-    class ParaSLSTMModelConfig(MambaModelConfig):
-        @classmethod
-        def verify_and_update_config(cls, vllm_config) -> None:
-            if vllm_config.speculative_config is not None:
-                raise ValueError("ParaSLSTM does not support speculative decoding.")
-            vllm_config.model_config.hf_config.verify_tensor_parallel_size(
-                vllm_config.parallel_config.tensor_parallel_size
-            )
-            super().verify_and_update_config(vllm_config)
-
-    MODELS_CONFIG_MAP[MODEL_ARCH] = ParaSLSTMModelConfig
+    (_, classes), (_, entry) = _edits.hunks("models-config-map.diff")
+    defined = _edits.define(classes, config)
+    # the second hunk adds the MODELS_CONFIG_MAP entry: "arch": ConfigClass,
+    arch, cls_name = re.fullmatch(r'"(\w+)": (\w+),', entry.strip()).groups()
+    config.MODELS_CONFIG_MAP[arch] = defined[cls_name]
 
 
 def _register_compilation_op() -> None:

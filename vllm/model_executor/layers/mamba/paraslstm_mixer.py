@@ -70,13 +70,8 @@ class ParaSLSTMMixer(MambaBase, PluggableLayer):
         self.max_recurrent_norm = max_recurrent_norm
         self.tp_size = get_tensor_model_parallel_world_size()
         self.tp_rank = get_tensor_model_parallel_rank()
-        if mix == "head":
-            assert num_heads is not None
-            if num_heads % self.tp_size != 0:
-                raise ValueError(
-                    f"ParaSLSTM mix='head' shards whole heads: n_heads={num_heads} "
-                    f"is not divisible by tensor_parallel_size={self.tp_size}"
-                )
+        # ParaSLSTMConfig.verify_tensor_parallel_size has checked that the
+        # heads (mix="head") and channels divide over the ranks.
         self.num_heads = num_heads
         self.local_size = divide(hidden_size, self.tp_size)
 
