@@ -301,6 +301,9 @@ class ParaSLSTMForCausalLM(
     def _checked_weights(
         self, weights: Iterable[tuple[str, torch.Tensor]], seen: set[str]
     ) -> Iterable[tuple[str, torch.Tensor]]:
+        # The loader's own errors name the renamed parameter (or only its
+        # first unknown module) or assert on shapes; these name the tensor
+        # as it is in the pararnn-torch file.
         expected = _checkpoint_shapes(self.config)
         start, end = self.model.start_layer, self.model.end_layer
         for name, weight in weights:
