@@ -3,9 +3,10 @@
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
 #
 # Lint the repo's Python files the way vLLM's pre-commit does: ruff check and
-# ruff format (ruff==0.14.0, settings in pyproject.toml), the SPDX header check
-# and the forbidden-imports check (tools/pre_commit/). Exits non-zero on any
-# violation. Ruff is installed into the tools venv (.venv-tools) on first use.
+# ruff format (ruff==0.14.0, settings in pyproject.toml), and vLLM's own SPDX
+# header and forbidden-imports checks, run from the pristine v0.32.0 sdist
+# (series.py pristine). Exits non-zero on any violation. Ruff and regex go
+# into the tools venv (.venv-tools) on first use.
 #
 # Usage: tools/paraslstm/lint.sh [FILE...]   (default: every tracked or
 #        untracked, not ignored, *.py file of the repo)
@@ -16,11 +17,15 @@ TOOLS_VENV="${PARASLSTM_TOOLS_VENV:-$ROOT/.venv-tools}"
 RUFF_VERSION="0.14.0"
 cd "$ROOT" || exit 2
 
-if [[ "$("$TOOLS_VENV/bin/ruff" --version 2>/dev/null)" != "ruff $RUFF_VERSION" ]]; then
+if [[ "$("$TOOLS_VENV/bin/ruff" --version 2>/dev/null)" != "ruff $RUFF_VERSION" ]] ||
+    ! "$TOOLS_VENV/bin/python" -c "import regex" 2>/dev/null; then
     [[ -x "$TOOLS_VENV/bin/python" ]] || python3 -m venv "$TOOLS_VENV" || exit 2
-    "$TOOLS_VENV/bin/pip" install -q "ruff==$RUFF_VERSION" || exit 2
+    "$TOOLS_VENV/bin/pip" install -q "ruff==$RUFF_VERSION" regex || exit 2
 fi
 RUFF="$TOOLS_VENV/bin/ruff"
+# vLLM's own pre-commit checks, from the pristine v0.32.0 tree.
+UPSTREAM="$(python3 tools/paraslstm/series.py pristine | tail -n 1)/tools/pre_commit"
+[[ -f "$UPSTREAM/check_spdx_header.py" ]] || { echo "lint: no $UPSTREAM"; exit 2; }
 
 if [[ $# -gt 0 ]]; then
     files=("$@")
@@ -40,12 +45,14 @@ run() {
 }
 run "$RUFF" check --force-exclude "${files[@]}"
 run "$RUFF" format --force-exclude --check --diff "${files[@]}"
-run python3 tools/pre_commit/spdx_header.py "${files[@]}"
-run python3 tools/pre_commit/forbidden_imports.py "${files[@]}"
+run python3 "$UPSTREAM/check_spdx_header.py" "${files[@]}"
+# The interpreter job's stand-in for vllm.triton_utils imports triton by design.
+mapfile -t import_checked < <(printf '%s\n' "${files[@]}" | grep -v '^tools/paraslstm/triton_shim/')
+run "$TOOLS_VENV/bin/python" "$UPSTREAM/check_forbidden_imports.py" "${import_checked[@]}"
 
 if [[ $status -ne 0 ]]; then
     echo "lint: FAILED (fix with: $RUFF check --fix ...; $RUFF format ...;" \
-        "python3 tools/pre_commit/spdx_header.py --fix ...)"
+        "SPDX headers and imports as vLLM's checks above say)"
 else
     echo "lint: ok (${#files[@]} files)"
 fi
