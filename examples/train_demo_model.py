@@ -21,7 +21,7 @@ Needs pararnn-torch (the reference environment ``.venv-ref`` on CPU, or the
 wheel on the GPU machine), numpy and safetensors; ``tokenizers`` is optional
 (only used to print samples). Uses CUDA when available, else the CPU.
 
-    PY=$(bash tools/paraslstm/setup_reference_env.sh)
+    PY=$(bash tools/paraslstm/ci/setup_reference_env.sh)
     $PY examples/train_demo_model.py --steps 1500 --max-minutes 9
     $PY examples/train_demo_model.py --steps 1500 --max-minutes 9  # resumes
 

@@ -8,6 +8,6 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
-PY="$(bash "$ROOT/tools/paraslstm/setup_vllm_env.sh" | tail -n 1)"
+PY="$(bash "$ROOT/tools/paraslstm/ci/setup_vllm_env.sh" | tail -n 1)"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 exec "$PY" "$ROOT/examples/paraslstm_generate.py" "$@"

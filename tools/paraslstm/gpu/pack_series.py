@@ -3,7 +3,7 @@
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
 """Pack the series' vllm/ files for the GPU machine (run here, not there).
 
-`git am`s patches/ onto a pristine v0.32.0 tree (tools/paraslstm/series.py
+`git am`s patches/ onto a pristine v0.32.0 tree (tools/paraslstm/series/series.py
 apply) and writes DEST/paraslstm_series.tar: every file under vllm/ that the
 series adds or changes, as the patched tree has it, plus manifest.json with
 the sha256 of the pristine version of each changed file.
@@ -28,7 +28,7 @@ def main() -> int:
     dest = Path(sys.argv[1])
     dest.mkdir(parents=True, exist_ok=True)
     out = subprocess.run(
-        [sys.executable, str(ROOT / "tools/paraslstm/series.py"), "apply"],
+        [sys.executable, str(ROOT / "tools/paraslstm/series/series.py"), "apply"],
         check=True,
         capture_output=True,
         text=True,

@@ -12,7 +12,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 CARRY="${1:-$ROOT/.gpuvllm}"
 cd "$ROOT"
-TREE="$(python3 tools/paraslstm/series.py apply | tail -n 1)"
+TREE="$(python3 tools/paraslstm/series/series.py apply | tail -n 1)"
 [[ -f "$TREE/tests/conftest.py" ]] || { echo "pack_tests: no tests/ in $TREE" >&2; exit 2; }
 mkdir -p "$CARRY/t"
 rm -f "$CARRY/t/"*

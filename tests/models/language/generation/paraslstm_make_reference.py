@@ -3,7 +3,7 @@
 """Recompute `paraslstm_reference.json` with pararnn-torch.
 
 Runs in the pararnn-torch environment (`.venv-ref`, made by
-`tools/paraslstm/setup_reference_env.sh`), never in vLLM's; it does not
+`tools/paraslstm/ci/setup_reference_env.sh`), never in vLLM's; it does not
 import vLLM. For every case of `paraslstm_utils.CASES` it
 
 1. writes the checkpoint with `paraslstm_utils.write_checkpoint` and checks

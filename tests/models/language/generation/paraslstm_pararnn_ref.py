@@ -3,7 +3,7 @@
 """Reference checkpoints and outputs for ParaSLSTM, made with pararnn-torch.
 
 Runs with the interpreter of the separate reference environment ``.venv-ref``
-(``tools/paraslstm/setup_reference_env.sh``), never with vLLM's: pararnn-torch
+(``tools/paraslstm/ci/setup_reference_env.sh``), never with vLLM's: pararnn-torch
 registers a competing vLLM plugin. This script does not import vLLM.
 
 Usage::

@@ -4,7 +4,7 @@
 
 The reference implementation is pararnn-torch. It is not importable here: it
 registers its own vLLM plugin, so it lives in a separate environment
-(``.venv-ref``, made by ``tools/paraslstm/setup_reference_env.sh``) and runs
+(``.venv-ref``, made by ``tools/paraslstm/ci/setup_reference_env.sh``) and runs
 ``paraslstm_pararnn_ref.py`` as a subprocess. This module never imports it.
 
 Environment:
@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 
 REF_SCRIPT = Path(__file__).with_name("paraslstm_pararnn_ref.py")
-SETUP_SCRIPT = "tools/paraslstm/setup_reference_env.sh"
+SETUP_SCRIPT = "tools/paraslstm/ci/setup_reference_env.sh"
 _REQUIREMENTS = "requirements/reference.txt"
 _ENV_PYTHON = "PARASLSTM_REFERENCE_PYTHON"
 _ENV_CACHE = "PARASLSTM_REF_CACHE"

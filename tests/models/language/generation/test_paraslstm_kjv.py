@@ -4,7 +4,7 @@
 
 The checkpoint is the project's demo model ``examples/paraslstm-kjv``
 (trained by ``examples/train_demo_model.py``, see
-``tools/paraslstm/train_demo_on_h200.md``); the test is skipped where it does
+``tools/paraslstm/demo_model/train_demo_on_h200.md``); the test is skipped where it does
 not exist (e.g. in a vLLM tree without this project's examples).
 
 On held-out text (two chapters of the King James Bible that the model never

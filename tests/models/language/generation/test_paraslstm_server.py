@@ -108,7 +108,7 @@ EXTRA = {"ignore_eos": True, "return_token_ids": True}
 def _demo_checkpoint() -> Path:
     """The demo checkpoint, in the nearest parent directory of this file that
     has one (the repo root, also when running inside the patched tree that
-    tools/paraslstm/intree_tests.sh builds under it)."""
+    tools/paraslstm/ci/intree_tests.sh builds under it)."""
     here = Path(__file__).resolve().parent
     for root in (here, *here.parents):
         if (root / DEMO / "config.json").is_file():

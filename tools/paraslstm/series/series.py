@@ -39,15 +39,15 @@ files); with --ref REF they read the files of commit REF instead, so patches
 can be made for what is committed while others have uncommitted work.
 
 The pristine tree comes from the v0.32.0 sdist fetched and hash-checked by
-tools/paraslstm/fetch_vllm_source.sh (cached under .cache/). To see whether
+tools/paraslstm/series/fetch_vllm_source.sh (cached under .cache/). To see whether
 the series applies to another release, e.g.
-`VLLM_SDIST_VERSION=0.33.0 python3 tools/paraslstm/series.py apply /tmp/v033`
+`VLLM_SDIST_VERSION=0.33.0 python3 tools/paraslstm/series/series.py apply /tmp/v033`
 (patches/ are generated against 0.32.0; `check` also applies them to 0.33.0).
 
 Typical use (from the repo root):
-  python3 tools/paraslstm/series.py generate
-  python3 tools/paraslstm/series.py check
-  python3 tools/paraslstm/series.py overlay --python .venv/bin/python
+  python3 tools/paraslstm/series/series.py generate
+  python3 tools/paraslstm/series/series.py check
+  python3 tools/paraslstm/series/series.py overlay --python .venv/bin/python
   PYTHONPATH=.cache/intree .venv/bin/python -c "import vllm"
 """
 
@@ -63,11 +63,11 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 PATCHES_DIR = ROOT / "patches"
 CACHE = ROOT / ".cache"
 SERIES_CACHE = CACHE / "series"
-FETCH_SCRIPT = ROOT / "tools" / "paraslstm" / "fetch_vllm_source.sh"
+FETCH_SCRIPT = ROOT / "tools" / "paraslstm" / "series" / "fetch_vllm_source.sh"
 
 VLLM_VERSION = os.environ.get("VLLM_SDIST_VERSION", "0.32.0")
 # Newer releases the series must also apply to as it is (`check`): `git am`
@@ -80,7 +80,7 @@ MIRRORED_ROOTS = ("vllm", "tests", "docs", "benchmarks")
 # own environment (live cross-checks, the stored references' drift check and
 # the script that recomputes them), the trained demo checkpoint in examples/,
 # or this project's host handling (the server fault test). They run from the
-# repo root against the plugin (tools/paraslstm/test_files_project.txt).
+# repo root against the plugin (tools/paraslstm/ci/test_files_project.txt).
 PROJECT_TESTS = "tests/models/language/generation/"
 NOT_UPSTREAM = (
     "docs/**",
@@ -333,7 +333,7 @@ def assign_files(files: list[str]) -> list[list[str]]:
     if errors:
         raise SeriesError(
             "file -> commit assignment failed (edit SERIES in "
-            "tools/paraslstm/series.py):\n  " + "\n  ".join(errors)
+            "tools/paraslstm/series/series.py):\n  " + "\n  ".join(errors)
         )
     return assigned
 
@@ -745,7 +745,8 @@ def cmd_check(args: argparse.Namespace) -> int:
         for p in problems:
             print(f"  - {p}", file=sys.stderr)
         print(
-            "Fix the files, then run `python3 tools/paraslstm/series.py generate`.",
+            "Fix the files, then run "
+            "`python3 tools/paraslstm/series/series.py generate`.",
             file=sys.stderr,
         )
         return 1

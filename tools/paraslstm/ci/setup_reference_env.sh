@@ -22,7 +22,7 @@
 #   PARASLSTM_REF_WHEELS       local wheel dir for torch (default /opt/wheels)
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 REQ="$ROOT/requirements/reference.txt"
 VENV="${PARASLSTM_REF_VENV:-$ROOT/.venv-ref}"
 BASE_PY="${PARASLSTM_REF_BASE_PYTHON:-python3.11}"

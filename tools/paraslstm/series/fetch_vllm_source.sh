@@ -5,7 +5,7 @@
 # Fetch the pristine vLLM v0.32.0 source distribution (sdist) through pip,
 # cache it under .cache/, verify its sha256 and print its path.
 #
-# Usage: tools/paraslstm/fetch_vllm_source.sh [DEST]
+# Usage: tools/paraslstm/series/fetch_vllm_source.sh [DEST]
 #   DEST  optional directory; when given, the sdist is unpacked there as
 #         DEST/vllm-0.32.0/ (skipped if that directory already exists).
 #
@@ -33,7 +33,7 @@ else
     EXPECTED=""
 fi
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 CACHE="$ROOT/.cache/sdist"
 TARBALL="$CACHE/vllm-$VERSION.tar.gz"
 TOOLS_VENV="${PARASLSTM_TOOLS_VENV:-$ROOT/.venv-tools}"

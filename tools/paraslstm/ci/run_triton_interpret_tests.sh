@@ -9,7 +9,7 @@
 # kernels cannot run in the vLLM environment. This job uses its own small
 # environment (.venv-triton-interp: torch==2.13.0+cpu, triton, pytest, no
 # vLLM) and imports the ops from the source tree, with
-# tools/paraslstm/triton_shim providing vllm.triton_utils (real triton) and
+# tools/paraslstm/ci/triton_shim providing vllm.triton_utils (real triton) and
 # NULL_BLOCK_ID. The shipped files keep upstream's import rule.
 # PARASLSTM_REQUIRE_TRITON=1 makes the test module fail if the Triton
 # implementation is not collected, so the job can never pass vacuously.
@@ -26,9 +26,9 @@
 #   PARASLSTM_INTERP_TEST_TIMEOUT seconds for pytest (default 540)
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 REQ="$ROOT/requirements/triton-interpret.txt"
-SHIM="$ROOT/tools/paraslstm/triton_shim"
+SHIM="$ROOT/tools/paraslstm/ci/triton_shim"
 VENV="${PARASLSTM_INTERP_VENV:-$ROOT/.venv-triton-interp}"
 BASE_PY="${PARASLSTM_INTERP_BASE_PYTHON:-python3.11}"
 WHEELS="${PARASLSTM_INTERP_WHEELS:-/opt/wheels}"

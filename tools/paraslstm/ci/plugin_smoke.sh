@@ -9,11 +9,11 @@
 # examples/paraslstm-tiny in vLLM's default multiprocess mode (spawned
 # EngineCore and worker).
 #
-# Usage: tools/paraslstm/plugin_smoke.sh [--e2e]
+# Usage: tools/paraslstm/ci/plugin_smoke.sh [--e2e]
 # Environment: PARASLSTM_VLLM_PYTHON (default .venv/bin/python)
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 VLLM_PY="${PARASLSTM_VLLM_PYTHON:-$ROOT/.venv/bin/python}"
 BASE_PY="$("$VLLM_PY" -c 'import sys; print(sys._base_executable)')"
 SITE="$("$VLLM_PY" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
@@ -30,7 +30,7 @@ echo "import site; site.addsitedir('$SITE')" >"$PURELIB/zz_vllm_env.pth"
 
 cd "$TMP"
 export VLLM_PLUGINS=paraslstm VLLM_CPU_KVCACHE_SPACE="${VLLM_CPU_KVCACHE_SPACE:-1}"
-"$PY" "$ROOT/tools/paraslstm/plugin_smoke.py"
+"$PY" "$ROOT/tools/paraslstm/ci/plugin_smoke.py"
 if [[ "${1:-}" == "--e2e" ]]; then
     "$PY" "$ROOT/examples/paraslstm_generate.py" --max-tokens 8
 fi

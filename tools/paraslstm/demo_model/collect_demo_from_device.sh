@@ -2,14 +2,14 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
 #
-# Take what tools/paraslstm/train_demo_on_h200.sh left in $OUT (the `run`
+# Take what tools/paraslstm/demo_model/train_demo_on_h200.sh left in $OUT (the `run`
 # tool's files_at folder, given as $1) into the repo:
 #   run/*                 -> .cache/paraslstm-kjv/run/  (resume state for the next call)
 #   train.log             -> .cache/paraslstm-kjv/logs/train-<time>.log
 #   paraslstm-kjv.tar.gz  -> examples/paraslstm-kjv/    (the trained checkpoint)
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 CACHE="$ROOT/.cache/paraslstm-kjv"
 SRC="${1:?usage: collect_demo_from_device.sh FILES_AT}"
 

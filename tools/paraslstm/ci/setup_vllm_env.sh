@@ -9,7 +9,7 @@
 # vllm-paraslstm, so the installed copy always matches the tree.
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 VENV="${PARASLSTM_VLLM_VENV:-$ROOT/.venv}"
 WHEELS="${PARASLSTM_WHEELS:-/opt/wheels}"
 cd "$ROOT"

@@ -8,11 +8,11 @@
 # (series.py pristine). Exits non-zero on any violation. Ruff and regex go
 # into the tools venv (.venv-tools) on first use.
 #
-# Usage: tools/paraslstm/lint.sh [FILE...]   (default: every tracked or
+# Usage: tools/paraslstm/ci/lint.sh [FILE...]   (default: every tracked or
 #        untracked, not ignored, *.py file of the repo)
 set -uo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 TOOLS_VENV="${PARASLSTM_TOOLS_VENV:-$ROOT/.venv-tools}"
 RUFF_VERSION="0.14.0"
 cd "$ROOT" || exit 2
@@ -24,7 +24,7 @@ if [[ "$("$TOOLS_VENV/bin/ruff" --version 2>/dev/null)" != "ruff $RUFF_VERSION" 
 fi
 RUFF="$TOOLS_VENV/bin/ruff"
 # vLLM's own pre-commit checks, from the pristine v0.32.0 tree.
-UPSTREAM="$(python3 tools/paraslstm/series.py pristine | tail -n 1)/tools/pre_commit"
+UPSTREAM="$(python3 tools/paraslstm/series/series.py pristine | tail -n 1)/tools/pre_commit"
 [[ -f "$UPSTREAM/check_spdx_header.py" ]] || { echo "lint: no $UPSTREAM"; exit 2; }
 
 if [[ $# -gt 0 ]]; then
@@ -47,7 +47,7 @@ run "$RUFF" check --force-exclude "${files[@]}"
 run "$RUFF" format --force-exclude --check --diff "${files[@]}"
 run python3 "$UPSTREAM/check_spdx_header.py" "${files[@]}"
 # The interpreter job's stand-in for vllm.triton_utils imports triton by design.
-mapfile -t import_checked < <(printf '%s\n' "${files[@]}" | grep -v '^tools/paraslstm/triton_shim/')
+mapfile -t import_checked < <(printf '%s\n' "${files[@]}" | grep -v '^tools/paraslstm/ci/triton_shim/')
 run "$TOOLS_VENV/bin/python" "$UPSTREAM/check_forbidden_imports.py" "${import_checked[@]}"
 
 if [[ $status -ne 0 ]]; then

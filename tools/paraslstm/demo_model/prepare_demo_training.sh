@@ -13,7 +13,7 @@
 # prepare_data.py) and network for the wheel when no local copy exists.
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 CACHE="$ROOT/.cache/paraslstm-kjv"
 WHEEL="pararnn_torch-0.17.4-py3-none-any.whl"
 WHEEL_SHA256="970b9b301ed2ccc54e695b64e5288b05151cd0fdc970ae201828973a0f918395"
@@ -21,7 +21,7 @@ WHEEL_SHA256="970b9b301ed2ccc54e695b64e5288b05151cd0fdc970ae201828973a0f918395"
 # The vLLM environment has tokenizers, numpy and regex; build it only if needed.
 PY="$ROOT/.venv/bin/python"
 if ! "$PY" -c 'import numpy, regex, tokenizers' 2>/dev/null; then
-    PY="$(bash "$ROOT/tools/paraslstm/setup_vllm_env.sh" | tail -n 1)"
+    PY="$(bash "$ROOT/tools/paraslstm/ci/setup_vllm_env.sh" | tail -n 1)"
 fi
 "$PY" "$ROOT/examples/paraslstm_demo_model/prepare_data.py" --out "$CACHE/data" >/dev/null
 

@@ -7,7 +7,7 @@ Weights: a random (seeded) ParaSLSTM written by pararnn-torch's own
 byte-level BPE trained offline with `tokenizers` on Python's own docstrings.
 Run with the vLLM environment's Python from the repo root:
 
-    .venv/bin/python tools/paraslstm/make_demo_checkpoint.py
+    .venv/bin/python tools/paraslstm/demo_model/make_demo_checkpoint.py
 """
 
 import builtins
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 from tests.models.language.generation.paraslstm_pararnn_utils import (  # noqa: E402
     make_reference_checkpoints,

@@ -3,7 +3,7 @@
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
 #
 # Runs ON THE DEVICE MACHINE (through the `run` tool; see
-# tools/paraslstm/train_demo_on_h200.md). Trains the demo model for at most
+# tools/paraslstm/demo_model/train_demo_on_h200.md). Trains the demo model for at most
 # $PARASLSTM_TRAIN_MINUTES (default 8) minutes, resuming from
 # .cache/paraslstm-kjv/run when that was carried, and leaves in $OUT:
 #
@@ -21,7 +21,7 @@ CACHE=".cache/paraslstm-kjv"
 WHEEL="$CACHE/wheels/pararnn_torch-0.17.4-py3-none-any.whl"
 MINUTES="${PARASLSTM_TRAIN_MINUTES:-8}"
 [[ -f "$CACHE/data/train.bin" && -f "$WHEEL" ]] \
-    || { echo "missing $CACHE/data or $WHEEL: run tools/paraslstm/prepare_demo_training.sh and carry .cache/paraslstm-kjv" >&2; exit 2; }
+    || { echo "missing $CACHE/data or $WHEEL: run tools/paraslstm/demo_model/prepare_demo_training.sh and carry .cache/paraslstm-kjv" >&2; exit 2; }
 
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
     --target /tmp/site "$WHEEL"
