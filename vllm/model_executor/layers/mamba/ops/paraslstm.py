@@ -127,6 +127,46 @@ def _add_recurrent(a, r, h, HEAD: tl.constexpr, DOT_PRECISION: tl.constexpr):
 
 
 @triton.jit
+def _add_recurrent_streamed(
+    pre,
+    h_row,
+    r,
+    col0,
+    cols,
+    valid,
+    ch_mask,
+    stride_s_ch,
+    stride_r_gate,
+    stride_r_in,
+    BLOCK_K: tl.constexpr,
+    DOT_PRECISION: tl.constexpr,
+):
+    """``pre + h_prev @ R`` for one head, K-chunked: ``h_prev`` read from the
+    rows' state pages (``h_row``: their ``h`` slots, head columns from
+    ``col0``), ``R`` (``r``: the head's block, output columns applied)
+    streamed from memory."""
+    a_i, a_f, a_z, a_o = pre
+    k = tl.arange(0, BLOCK_K)
+    for k0 in range(0, cols, BLOCK_K):
+        k_mask = (k0 + k) < cols
+        h_k = tl.load(
+            h_row + (col0 + k0 + k)[None, :] * stride_s_ch,
+            mask=valid[:, None] & k_mask[None, :],
+            other=0.0,
+        ).to(tl.float32)
+        r_i, r_f, r_z, r_o = _load_gates(
+            r + (k0 + k)[:, None] * stride_r_in,
+            stride_r_gate,
+            k_mask[:, None] & ch_mask[None, :],
+        )
+        a_i = tl.dot(h_k, r_i, a_i, input_precision=DOT_PRECISION)
+        a_f = tl.dot(h_k, r_f, a_f, input_precision=DOT_PRECISION)
+        a_z = tl.dot(h_k, r_z, a_z, input_precision=DOT_PRECISION)
+        a_o = tl.dot(h_k, r_o, a_o, input_precision=DOT_PRECISION)
+    return a_i, a_f, a_z, a_o
+
+
+@triton.jit
 def _tile(
     rows,
     row_mask,
@@ -196,28 +236,21 @@ def _paraslstm_update_kernel(
     s = state_ptr + pages[:, None] * stride_s_blk + ch[None, :] * stride_s_ch
     c, n, m, h = _load_state(s, stride_s_slot, smask)
     if HEAD:
-        # h_prev @ R of the head, K-chunked; every read of the old h of the
-        # page precedes the writes below (they depend on it).
-        k = tl.arange(0, BLOCK_K)
-        r = rec_ptr + tl.program_id(1) * stride_r_head + e[None, :] * stride_r_out
-        h_row = state_ptr + pages[:, None] * stride_s_blk + 3 * stride_s_slot
-        col0 = tl.program_id(1) * cols
-        for k0 in range(0, cols, BLOCK_K):
-            k_mask = (k0 + k) < cols
-            h_k = tl.load(
-                h_row + (col0 + k0 + k)[None, :] * stride_s_ch,
-                mask=valid[:, None] & k_mask[None, :],
-                other=0.0,
-            ).to(tl.float32)
-            r_i, r_f, r_z, r_o = _load_gates(
-                r + (k0 + k)[:, None] * stride_r_in,
-                stride_r_gate,
-                k_mask[:, None] & ch_mask[None, :],
-            )
-            a_i = _add_recurrent(a_i, r_i, h_k, HEAD, DOT_PRECISION)
-            a_f = _add_recurrent(a_f, r_f, h_k, HEAD, DOT_PRECISION)
-            a_z = _add_recurrent(a_z, r_z, h_k, HEAD, DOT_PRECISION)
-            a_o = _add_recurrent(a_o, r_o, h_k, HEAD, DOT_PRECISION)
+        # Every read of the old h of the pages precedes the writes below.
+        a_i, a_f, a_z, a_o = _add_recurrent_streamed(
+            (a_i, a_f, a_z, a_o),
+            state_ptr + pages[:, None] * stride_s_blk + 3 * stride_s_slot,
+            rec_ptr + tl.program_id(1) * stride_r_head + e[None, :] * stride_r_out,
+            tl.program_id(1) * cols,
+            cols,
+            valid,
+            ch_mask,
+            stride_s_ch,
+            stride_r_gate,
+            stride_r_in,
+            BLOCK_K,
+            DOT_PRECISION,
+        )
     else:
         r_i, r_f, r_z, r_o = _load_gates(
             rec_ptr + ch[None, :] * stride_r_out, stride_r_gate, ch_mask[None, :]
@@ -436,7 +469,6 @@ def _paraslstm_scan_wide_kernel(
     smask = valid[:, None] & ch_mask[None, :]
     s = state_ptr + pages[:, None] * stride_s_blk + ch[None, :] * stride_s_ch
     c, n, m, h = _load_state(s, stride_s_slot, init[:, None] & ch_mask[None, :])
-    k = tl.arange(0, BLOCK_K)
     col0 = tl.program_id(1) * cols
     h_row = state_ptr + pages[:, None] * stride_s_blk + 3 * stride_s_slot
     r = rec_ptr + tl.program_id(1) * stride_r_head + e[None, :] * stride_r_out
@@ -453,22 +485,20 @@ def _paraslstm_scan_wide_kernel(
         )
         tl.store(s + 3 * stride_s_slot, h.to(sty), mask=smask)
         tl.debug_barrier()
-        for k0 in range(0, cols, BLOCK_K):
-            k_mask = (k0 + k) < cols
-            h_k = tl.load(
-                h_row + (col0 + k0 + k)[None, :] * stride_s_ch,
-                mask=valid[:, None] & k_mask[None, :],
-                other=0.0,
-            ).to(tl.float32)
-            r_i, r_f, r_z, r_o = _load_gates(
-                r + (k0 + k)[:, None] * stride_r_in,
-                stride_r_gate,
-                k_mask[:, None] & ch_mask[None, :],
-            )
-            a_i = _add_recurrent(a_i, r_i, h_k, True, DOT_PRECISION)
-            a_f = _add_recurrent(a_f, r_f, h_k, True, DOT_PRECISION)
-            a_z = _add_recurrent(a_z, r_z, h_k, True, DOT_PRECISION)
-            a_o = _add_recurrent(a_o, r_o, h_k, True, DOT_PRECISION)
+        a_i, a_f, a_z, a_o = _add_recurrent_streamed(
+            (a_i, a_f, a_z, a_o),
+            h_row,
+            r,
+            col0,
+            cols,
+            valid,
+            ch_mask,
+            stride_s_ch,
+            stride_r_gate,
+            stride_r_in,
+            BLOCK_K,
+            DOT_PRECISION,
+        )
         tl.debug_barrier()
         c_new, n_new, m_new, h_new = _slstm_cell(a_i, a_f, a_z, a_o, c, n, m)
         active = (t < lens)[:, None]
