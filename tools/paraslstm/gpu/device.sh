@@ -17,6 +17,8 @@
 #   parallel  the tensor/pipeline-parallel tests (two GPUs)
 #   only "A"  pytest A (a space-separated selection) on GPU 0
 #   bench S   benchmarks/paraslstm/benchmark_engine_gpu.py --suite S
+#   rounds S M N  suite S, models M (comma-separated), N interleaved rounds,
+#             default multiprocess engine, no decode1 (the engine ratios)
 #   benchpair S1 S2   suite S1 on GPU 0 and S2 on GPU 1, at the same time
 #   kernelbench  the decode/scan kernel benchmark against the copy ceiling
 #
@@ -135,6 +137,16 @@ print('vllm', vllm.__version__, 'torch', torch.__version__, \
         need_site
         bench "$1" || STATUS=1
         shift
+        ;;
+    rounds)
+        need_site
+        note "rounds $1 $2 x$3"
+        timeout 590 python3 benchmarks/paraslstm/benchmark_engine_gpu.py --suite "$1" \
+            --only "$2" --rounds "$3" --no-decode1 --json "$LOGS/rounds-$1.jsonl" \
+            >"$LOGS/rounds-$1.log" 2>&1 || STATUS=1
+        grep "^==\|JIT compilation" "$LOGS/rounds-$1.log"
+        cat "$LOGS/rounds-$1.jsonl"
+        shift 3
         ;;
     benchpair)
         need_site
