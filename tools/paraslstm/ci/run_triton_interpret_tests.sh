@@ -23,7 +23,7 @@
 #   PARASLSTM_INTERP_VENV         venv path (default <repo>/.venv-triton-interp)
 #   PARASLSTM_INTERP_WHEELS       local wheel dir for torch (default /opt/wheels)
 #   PARASLSTM_INTERP_PIP_TIMEOUT  seconds for the pip install (default 900)
-#   PARASLSTM_INTERP_TEST_TIMEOUT seconds for pytest (default 540)
+#   PARASLSTM_INTERP_TEST_TIMEOUT seconds for pytest (default 1200)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
@@ -33,7 +33,7 @@ VENV="${PARASLSTM_INTERP_VENV:-$ROOT/.venv-triton-interp}"
 BASE_PY="${PARASLSTM_INTERP_BASE_PYTHON:-python3.11}"
 WHEELS="${PARASLSTM_INTERP_WHEELS:-/opt/wheels}"
 PIP_TIMEOUT="${PARASLSTM_INTERP_PIP_TIMEOUT:-900}"
-TEST_TIMEOUT="${PARASLSTM_INTERP_TEST_TIMEOUT:-540}"
+TEST_TIMEOUT="${PARASLSTM_INTERP_TEST_TIMEOUT:-1200}"
 STAMP="$VENV/.paraslstm-triton-interp-stamp"
 
 die() { echo "run_triton_interpret_tests: ERROR: $*" >&2; exit 1; }

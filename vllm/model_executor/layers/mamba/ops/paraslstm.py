@@ -774,29 +774,30 @@ def paraslstm_scan(
 def paraslstm_scan_warmup(
     recurrent: torch.Tensor, gate_dtype: torch.dtype, state_dtype: torch.dtype
 ) -> None:
-    """Compile every prefill kernel variant that a batch can select (one and
-    many sequences, with and without initial states) before the first
-    request. All rows are padding: no state page is read or written."""
+    """Compile every prefill kernel variant that a batch can select (each
+    launch configuration, with and without initial states) before the first
+    request. A variant depends on the configuration, not on the number of
+    sequences, so one padding sequence (no page read or written) per
+    configuration suffices."""
     d = recurrent.shape[1] * (recurrent.shape[2] if recurrent.dim() == 4 else 1)
     device = recurrent.device
+    configs: set[tuple[int, int, int] | None] = {None}
+    if recurrent.dim() == 2:
+        elem_size = torch.finfo(gate_dtype).bits // 8
+        configs = {_scan_diag_config(2**k, d, elem_size) for k in range(16)}
     state = torch.zeros(1, 4, d, dtype=state_dtype, device=device)
-    # The fewest sequences that select each launch configuration.
-    counts, seen = [], set()
-    for num_seqs in (2**k for k in range(13)):
-        cfg = _scan_diag_config(num_seqs, d, torch.finfo(gate_dtype).bits // 8)
-        if recurrent.dim() == 4:
-            cfg = ()
-        if cfg not in seen:
-            seen.add(cfg)
-            counts.append(num_seqs)
-    for num_seqs in counts:
-        gates = torch.zeros(num_seqs, 4 * d, dtype=gate_dtype, device=device)
-        out = torch.empty(num_seqs, d, dtype=gate_dtype, device=device)
-        qsl = torch.arange(num_seqs + 1, dtype=torch.int32, device=device)
-        idx = torch.full((num_seqs,), NULL_BLOCK_ID, dtype=torch.int32, device=device)
-        init = torch.ones(num_seqs, dtype=torch.bool, device=device)
+    gates = torch.zeros(1, 4 * d, dtype=gate_dtype, device=device)
+    out = torch.empty(1, d, dtype=gate_dtype, device=device)
+    qsl = torch.arange(2, dtype=torch.int32, device=device)
+    idx = torch.full((1,), NULL_BLOCK_ID, dtype=torch.int32, device=device)
+    init = torch.ones(1, dtype=torch.bool, device=device)
+    for cfg in configs:
+        block_d, unroll, num_warps = cfg or (None, None, None)
         for has_init in (None, init):
-            paraslstm_scan(gates, recurrent, state, qsl, idx, has_init, out)
+            paraslstm_scan(
+                gates, recurrent, state, qsl, idx, has_init, out,
+                block_d=block_d, unroll=unroll, num_warps=num_warps,
+            )  # fmt: skip
 
 
 if current_platform.is_cpu():
