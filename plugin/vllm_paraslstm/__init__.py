@@ -8,10 +8,9 @@ entry point `paraslstm`, performs at run time the registrations that the
 upstream patch series makes in vLLM's own files. It is a no-op on a vLLM
 that already has the series merged, and safe to call more than once.
 
-Nothing in this module imports vLLM at import time.
+Nothing in this module imports vLLM (or any third-party package) at import
+time: `vllm_paraslstm.pth` imports it while `site` is still setting up paths.
 """
-
-import regex as re
 
 MODEL_ARCH = "ParaSLSTMForCausalLM"
 MODEL_TYPE = "paraslstm"
@@ -49,6 +48,8 @@ def _register_config() -> None:
 
 
 def _register_state_calculators() -> None:
+    import regex as re
+
     from vllm.model_executor.layers.mamba import mamba_utils
 
     from . import _edits
@@ -72,6 +73,8 @@ def _register_backend() -> None:
 
 
 def _register_models_config() -> None:
+    import regex as re
+
     from vllm.model_executor.models import config
 
     from . import _edits

