@@ -6,13 +6,13 @@ graph capture compile every variant that requests select (CUDA only)."""
 import json
 
 import pytest
-import torch
 
-from vllm import LLM, SamplingParams
+from vllm import SamplingParams
+from vllm.platforms import current_platform
 from vllm.triton_utils import triton
 
 pytestmark = pytest.mark.skipif(
-    not torch.cuda.is_available(), reason="the Triton kernels need CUDA"
+    not current_platform.is_cuda(), reason="the Triton kernels need CUDA"
 )
 
 
@@ -34,20 +34,12 @@ def _write_config(path, mix: str) -> None:
 
 @pytest.mark.parametrize("mix", ["diag", "head"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
-def test_no_kernel_compiles_while_serving(tmp_path, monkeypatch, mix, dtype):
+def test_no_kernel_compiles_while_serving(
+    vllm_runner, tmp_path, monkeypatch, mix, dtype
+):
+    # In-process engine core: the compile hook below is set in this process.
     monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     _write_config(tmp_path, mix)
-    llm = LLM(
-        model=str(tmp_path),
-        load_format="dummy",
-        skip_tokenizer_init=True,
-        dtype=dtype,
-        max_model_len=6000,
-        max_num_batched_tokens=6000,
-        max_num_seqs=64,
-        gpu_memory_utilization=0.3,
-        seed=0,
-    )
     compiled: list[str] = []
     knobs = triton.knobs.runtime
     previous = knobs.jit_post_compile_hook
@@ -55,16 +47,29 @@ def test_no_kernel_compiles_while_serving(tmp_path, monkeypatch, mix, dtype):
     def on_compile(**kwargs):
         compiled.append(getattr(kwargs.get("fn"), "name", "?"))
 
-    knobs.jit_post_compile_hook = on_compile
-    try:
-        params = SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True)
-        lengths = [1, 17, 300, 5000]
-        for n in lengths:  # one at a time, then all together
-            llm.generate([{"prompt_token_ids": [7] * n}], params, use_tqdm=False)
-        batch = [{"prompt_token_ids": [3 * i + 1] * n} for i, n in enumerate(lengths)]
-        outs = llm.generate(batch, params, use_tqdm=False)
-    finally:
-        knobs.jit_post_compile_hook = previous
+    with vllm_runner(
+        str(tmp_path),
+        load_format="dummy",
+        skip_tokenizer_init=True,
+        dtype=dtype,
+        max_model_len=6000,
+        max_num_batched_tokens=6000,
+        max_num_seqs=64,
+        gpu_memory_utilization=0.3,
+    ) as vllm_model:
+        llm = vllm_model.llm
+        knobs.jit_post_compile_hook = on_compile
+        try:
+            params = SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True)
+            lengths = [1, 17, 300, 5000]
+            for n in lengths:  # one at a time, then all together
+                llm.generate([{"prompt_token_ids": [7] * n}], params, use_tqdm=False)
+            batch = [
+                {"prompt_token_ids": [3 * i + 1] * n} for i, n in enumerate(lengths)
+            ]
+            outs = llm.generate(batch, params, use_tqdm=False)
+        finally:
+            knobs.jit_post_compile_hook = previous
     assert all(len(o.outputs[0].token_ids) == 4 for o in outs)
     ours = [name for name in compiled if "paraslstm" in name]
     assert ours == [], f"compiled while serving: {ours}"
