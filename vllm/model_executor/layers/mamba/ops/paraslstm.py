@@ -40,16 +40,17 @@ _MAX_ONCHIP_HEAD_DIM = 64
 
 
 @triton.jit
+def _ptx_f32(x, ASM: tl.constexpr):
+    """One float32 PTX instruction (``$0`` out, ``$1`` in) per element."""
+    return tl.inline_asm_elementwise(
+        ASM, "=r,r", [x], dtype=tl.float32, is_pure=True, pack=1
+    )
+
+
+@triton.jit
 def _exp2(x):
-    if _FAST_MATH:
-        y = tl.inline_asm_elementwise(
-            "ex2.approx.ftz.f32 $0, $1;",
-            "=r,r",
-            [x],
-            dtype=tl.float32,
-            is_pure=True,
-            pack=1,
-        )
+    if _FAST_MATH:  # noqa: SIM108 (a constexpr branch: only one side is compiled)
+        y = _ptx_f32(x, "ex2.approx.ftz.f32 $0, $1;")
     else:
         y = tl.exp2(x)
     return y
@@ -57,15 +58,8 @@ def _exp2(x):
 
 @triton.jit
 def _rcp(x):
-    if _FAST_MATH:
-        y = tl.inline_asm_elementwise(
-            "rcp.approx.ftz.f32 $0, $1;",
-            "=r,r",
-            [x],
-            dtype=tl.float32,
-            is_pure=True,
-            pack=1,
-        )
+    if _FAST_MATH:  # noqa: SIM108 (a constexpr branch: only one side is compiled)
+        y = _ptx_f32(x, "rcp.approx.ftz.f32 $0, $1;")
     else:
         y = 1.0 / x
     return y
@@ -267,6 +261,73 @@ def _paraslstm_update_kernel(
 
 
 @triton.jit
+def _scan_setup(
+    gates_ptr,
+    state_ptr,
+    qsl_ptr,
+    idx_ptr,
+    init_ptr,
+    out_ptr,
+    num_seqs,
+    d,
+    cols,
+    stride_g_tok,
+    stride_g_ch,
+    stride_s_blk,
+    stride_s_slot,
+    stride_s_ch,
+    stride_o_tok,
+    stride_o_ch,
+    null_block_id,
+    HAS_INIT: tl.constexpr,
+    BLOCK_B: tl.constexpr,
+    BLOCK_D: tl.constexpr,
+):
+    """A scan program's sequences and channels: their state pages (``s``)
+    and initial states, a pointer to their first token's gates, the 64-bit
+    gate token stride (``t * stride`` may pass 2**31), and the step context
+    that ``_commit_step`` takes (output pointer and stride, lengths, masks)."""
+    seqs = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
+    seq_mask = seqs < num_seqs
+    starts = tl.load(qsl_ptr + seqs, mask=seq_mask, other=0)
+    lens = tl.load(qsl_ptr + seqs + 1, mask=seq_mask, other=0) - starts
+    lens = tl.where(seq_mask, lens, 0)
+    e, ch, ch_mask, pages, valid = _tile(
+        seqs, seq_mask, idx_ptr, d, cols, null_block_id, BLOCK_D
+    )
+    init = valid
+    if HAS_INIT:
+        init = init & (tl.load(init_ptr + seqs, mask=seq_mask, other=0) != 0)
+    s = state_ptr + pages[:, None] * stride_s_blk + ch[None, :] * stride_s_ch
+    carry = _load_state(s, stride_s_slot, init[:, None] & ch_mask[None, :])
+    stride_g_tok = stride_g_tok.to(tl.int64)
+    stride_o_tok = stride_o_tok.to(tl.int64)
+    first = starts.to(tl.int64)[:, None]
+    g = gates_ptr + first * stride_g_tok + ch[None, :] * stride_g_ch
+    o = out_ptr + first * stride_o_tok + ch[None, :] * stride_o_ch
+    ctx = (o, stride_o_tok, lens, valid, ch_mask)
+    return e, ch, pages, s, carry, g, stride_g_tok, ctx
+
+
+@triton.jit
+def _commit_step(new, carry, t, ctx):
+    """Step ``t``'s new state for the rows that are that long (the others
+    keep theirs); writes its ``h`` (zero for padding rows)."""
+    o, stride_o_tok, lens, valid, ch_mask = ctx
+    c_new, n_new, m_new, h_new = new
+    c, n, m, h = carry
+    active = (t < lens)[:, None]
+    out = tl.where(valid[:, None], h_new, 0.0).to(o.dtype.element_ty)
+    tl.store(o + t * stride_o_tok, out, mask=active & ch_mask[None, :])
+    return (
+        tl.where(active, c_new, c),
+        tl.where(active, n_new, n),
+        tl.where(active, m_new, m),
+        tl.where(active, h_new, h),
+    )
+
+
+@triton.jit
 def _scan_load(g, t, stride_g_tok, stride_gate, lens, ch_mask):
     """Gate pre-activations of step ``t`` of every row (zeros past its end)."""
     mask = (t < lens)[:, None] & ch_mask[None, :]
@@ -284,7 +345,6 @@ def _scan_step(
     DOT_PRECISION: tl.constexpr,
 ):
     """Step ``t`` of every row that is that long; writes its ``h``."""
-    o, stride_o_tok, lens, valid, ch_mask = ctx
     a_i, a_f, a_z, a_o = pre
     r_i, r_f, r_z, r_o = rec
     c, n, m, h = carry
@@ -292,16 +352,8 @@ def _scan_step(
     a_f = _add_recurrent(a_f, r_f, h, HEAD, DOT_PRECISION)
     a_z = _add_recurrent(a_z, r_z, h, HEAD, DOT_PRECISION)
     a_o = _add_recurrent(a_o, r_o, h, HEAD, DOT_PRECISION)
-    c_new, n_new, m_new, h_new = _slstm_cell(a_i, a_f, a_z, a_o, c, n, m)
-    active = (t < lens)[:, None]
-    out = tl.where(valid[:, None], h_new, 0.0).to(o.dtype.element_ty)
-    tl.store(o + t * stride_o_tok, out, mask=active & ch_mask[None, :])
-    return (
-        tl.where(active, c_new, c),
-        tl.where(active, n_new, n),
-        tl.where(active, m_new, m),
-        tl.where(active, h_new, h),
-    )
+    new = _slstm_cell(a_i, a_f, a_z, a_o, c, n, m)
+    return _commit_step(new, carry, t, ctx)
 
 
 @triton.jit(
@@ -342,19 +394,29 @@ def _paraslstm_scan_kernel(
     head), state in registers. The gates of the next ``UNROLL`` steps are
     loaded while the current ``UNROLL`` steps compute, so no load sits on
     the step-to-step dependency chain."""
-    seqs = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
-    seq_mask = seqs < num_seqs
-    starts = tl.load(qsl_ptr + seqs, mask=seq_mask, other=0)
-    lens = tl.load(qsl_ptr + seqs + 1, mask=seq_mask, other=0) - starts
-    lens = tl.where(seq_mask, lens, 0)
-    e, ch, ch_mask, pages, valid = _tile(
-        seqs, seq_mask, idx_ptr, d, cols, null_block_id, BLOCK_D
+    e, ch, pages, s, carry, g, stride_g_tok, ctx = _scan_setup(
+        gates_ptr,
+        state_ptr,
+        qsl_ptr,
+        idx_ptr,
+        init_ptr,
+        out_ptr,
+        num_seqs,
+        d,
+        cols,
+        stride_g_tok,
+        stride_g_ch,
+        stride_s_blk,
+        stride_s_slot,
+        stride_s_ch,
+        stride_o_tok,
+        stride_o_ch,
+        null_block_id,
+        HAS_INIT,
+        BLOCK_B,
+        BLOCK_D,
     )
-    init = valid
-    if HAS_INIT:
-        init = init & (tl.load(init_ptr + seqs, mask=seq_mask, other=0) != 0)
-    s = state_ptr + pages[:, None] * stride_s_blk + ch[None, :] * stride_s_ch
-    carry = _load_state(s, stride_s_slot, init[:, None] & ch_mask[None, :])
+    lens, valid, ch_mask = ctx[2], ctx[3], ctx[4]
     if HEAD:
         r = rec_ptr + tl.program_id(1) * stride_r_head
         r += e[:, None] * stride_r_in + e[None, :] * stride_r_out
@@ -363,12 +425,6 @@ def _paraslstm_scan_kernel(
         r = rec_ptr + ch[None, :] * stride_r_out
         rec = _load_gates(r, stride_r_gate, ch_mask[None, :])
 
-    # 64-bit token strides: step offsets t * stride may pass 2**31.
-    stride_g_tok = stride_g_tok.to(tl.int64)
-    stride_o_tok = stride_o_tok.to(tl.int64)
-    first = starts.to(tl.int64)[:, None]
-    g = gates_ptr + first * stride_g_tok + ch[None, :] * stride_g_ch
-    o = out_ptr + first * stride_o_tok + ch[None, :] * stride_o_ch
     sg = d * stride_g_ch
     p0 = _scan_load(g, 0, stride_g_tok, sg, lens, ch_mask)
     if UNROLL > 1:
@@ -394,7 +450,6 @@ def _paraslstm_scan_kernel(
             q5 = _scan_load(g, u + 5, stride_g_tok, sg, lens, ch_mask)
             q6 = _scan_load(g, u + 6, stride_g_tok, sg, lens, ch_mask)
             q7 = _scan_load(g, u + 7, stride_g_tok, sg, lens, ch_mask)
-        ctx = (o, stride_o_tok, lens, valid, ch_mask)
         carry = _scan_step(p0, t, rec, carry, ctx, HEAD, DOT_PRECISION)
         p0 = q0
         if UNROLL > 1:
@@ -455,35 +510,39 @@ def _paraslstm_scan_wide_kernel(
     """The scan for heads whose recurrent blocks do not fit on chip: each
     step publishes ``h`` to its page and the ``h @ R`` products run
     K-chunked, streaming ``R`` from L2."""
-    seqs = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
-    seq_mask = seqs < num_seqs
-    starts = tl.load(qsl_ptr + seqs, mask=seq_mask, other=0)
-    lens = tl.load(qsl_ptr + seqs + 1, mask=seq_mask, other=0) - starts
-    lens = tl.where(seq_mask, lens, 0)
-    e, ch, ch_mask, pages, valid = _tile(
-        seqs, seq_mask, idx_ptr, d, cols, null_block_id, BLOCK_D
+    e, ch, pages, s, carry, g, stride_g_tok, ctx = _scan_setup(
+        gates_ptr,
+        state_ptr,
+        qsl_ptr,
+        idx_ptr,
+        init_ptr,
+        out_ptr,
+        num_seqs,
+        d,
+        cols,
+        stride_g_tok,
+        stride_g_ch,
+        stride_s_blk,
+        stride_s_slot,
+        stride_s_ch,
+        stride_o_tok,
+        stride_o_ch,
+        null_block_id,
+        HAS_INIT,
+        BLOCK_B,
+        BLOCK_D,
     )
-    init = valid
-    if HAS_INIT:
-        init = init & (tl.load(init_ptr + seqs, mask=seq_mask, other=0) != 0)
+    lens, valid, ch_mask = ctx[2], ctx[3], ctx[4]
     smask = valid[:, None] & ch_mask[None, :]
-    s = state_ptr + pages[:, None] * stride_s_blk + ch[None, :] * stride_s_ch
-    c, n, m, h = _load_state(s, stride_s_slot, init[:, None] & ch_mask[None, :])
     col0 = tl.program_id(1) * cols
     h_row = state_ptr + pages[:, None] * stride_s_blk + 3 * stride_s_slot
     r = rec_ptr + tl.program_id(1) * stride_r_head + e[None, :] * stride_r_out
-
-    stride_g_tok = stride_g_tok.to(tl.int64)
-    stride_o_tok = stride_o_tok.to(tl.int64)
-    first = starts.to(tl.int64)[:, None]
-    g = gates_ptr + first * stride_g_tok + ch[None, :] * stride_g_ch
-    o = out_ptr + first * stride_o_tok + ch[None, :] * stride_o_ch
     sty = state_ptr.dtype.element_ty
     for t in range(0, tl.max(lens, axis=0)):
         a_i, a_f, a_z, a_o = _scan_load(
             g, t, stride_g_tok, d * stride_g_ch, lens, ch_mask
         )
-        tl.store(s + 3 * stride_s_slot, h.to(sty), mask=smask)
+        tl.store(s + 3 * stride_s_slot, carry[3].to(sty), mask=smask)
         tl.debug_barrier()
         a_i, a_f, a_z, a_o = _add_recurrent_streamed(
             (a_i, a_f, a_z, a_o),
@@ -500,15 +559,10 @@ def _paraslstm_scan_wide_kernel(
             DOT_PRECISION,
         )
         tl.debug_barrier()
-        c_new, n_new, m_new, h_new = _slstm_cell(a_i, a_f, a_z, a_o, c, n, m)
-        active = (t < lens)[:, None]
-        c = tl.where(active, c_new, c)
-        n = tl.where(active, n_new, n)
-        m = tl.where(active, m_new, m)
-        h = tl.where(active, h_new, h)
-        out = tl.where(valid[:, None], h_new, 0.0).to(o.dtype.element_ty)
-        tl.store(o + t * stride_o_tok, out, mask=active & ch_mask[None, :])
+        c, n, m = carry[0], carry[1], carry[2]
+        carry = _commit_step(_slstm_cell(a_i, a_f, a_z, a_o, c, n, m), carry, t, ctx)
 
+    c, n, m, h = carry
     _store_state(s, stride_s_slot, smask, c, n, m, h)
 
 
