@@ -20,11 +20,12 @@ cd "$TREE"
 base="$(git rev-list --max-parents=0 HEAD)"
 mapfile -t commits < <(git rev-list --reverse "$base..HEAD~1")
 export VLLM_TARGET_DEVICE=cpu VLLM_PLUGINS=none PYTHONPATH="$TREE"
+# The wheel's compiled libraries are untracked here: checkouts keep them.
+(cd "$WHEEL" && find . -name '*.so' -type f) | while read -r so; do
+    ln -f "$WHEEL/$so" "vllm/$so"
+done
 for c in "${commits[@]}"; do
     git checkout -qf "$c"
-    (cd "$WHEEL" && find . -name '*.so' -type f) | while read -r so; do
-        ln -f "$WHEEL/$so" "vllm/$so"
-    done
     cp "$WHEEL/utils/cpu_triton_utils.py" vllm/utils/cpu_triton_utils.py
     echo "== $(git log -1 --format=%s)"
     mapfile -t mods < <(git diff --name-only --diff-filter=A "$base" HEAD -- 'vllm/*.py' |

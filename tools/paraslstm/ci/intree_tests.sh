@@ -37,7 +37,7 @@ cp "$WHEEL/utils/cpu_triton_utils.py" "$TREE/vllm/utils/cpu_triton_utils.py"
 
 cd "$TREE"
 # The series must not touch the file taken from the wheel.
-git diff --quiet HEAD~4 HEAD -- vllm/utils/cpu_triton_utils.py
+git diff --quiet "$(git rev-list --max-parents=0 HEAD)" HEAD -- vllm/utils/cpu_triton_utils.py
 export VLLM_TARGET_DEVICE=cpu
 unset PARASLSTM_REFERENCE_PYTHON PARASLSTM_REQUIRE_REFERENCE PARASLSTM_KJV_MODEL
 # Spawned engine processes must import the tree too (as an editable install).

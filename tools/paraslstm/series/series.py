@@ -647,7 +647,7 @@ def check_target(version: str) -> list[str]:
         for path in files:
             if not filecmp.cmp(Source.root / path, am / path, shallow=False):
                 problems.append(f"v{version}: {path} differs from the repo's copy")
-        added = git(am, "diff", "--name-only", "--diff-filter=A", "HEAD~4", "HEAD")
+        added = git(am, "diff", "--name-only", "--diff-filter=A", base_rev(am), "HEAD")
         new_py = [p for p in added.split() if p.endswith(".py")]
         problems += [f"v{version}: {p}" for p in check_imports(am, new_py)]
         log(f"v{version}: git am ok, {len(new_py)} new modules checked")
