@@ -18,7 +18,6 @@ from setuptools.command.build_py import build_py
 ROOT = Path(__file__).resolve().parent
 PTH_NAME = "vllm_paraslstm.pth"
 PTH_LINE = "import vllm_paraslstm._finder; vllm_paraslstm._finder.install()\n"
-EDITS = ("mamba-state-calculators.diff", "models-config-map.diff")
 
 
 class BuildPyWithInTreeFiles(build_py):
@@ -38,8 +37,8 @@ class BuildPyWithInTreeFiles(build_py):
         edits = build_lib / "vllm_paraslstm" / "edits"
         shutil.rmtree(edits, ignore_errors=True)
         edits.mkdir()
-        for name in EDITS:
-            shutil.copyfile(ROOT / "upstream-edits" / name, edits / name)
+        for diff in sorted((ROOT / "upstream-edits").glob("*.diff")):
+            shutil.copyfile(diff, edits / diff.name)
         (build_lib / PTH_NAME).write_text(PTH_LINE)
 
 
