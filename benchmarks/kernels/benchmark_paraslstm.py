@@ -32,7 +32,14 @@ from vllm.triton_utils import triton
 
 L2_BYTES = 60 * 2**20
 DECODE_SHAPES = [(4096, 1), (4096, 256), (4096, 1024), (1024, 256)]
-PREFILL_SHAPES = [(1, 16384, 1024), (1, 2048, 1024), (64, 1024, 2048), (32, 2048, 768)]
+PREFILL_SHAPES = [
+    (1, 16384, 1024),
+    (1, 2048, 1024),
+    (1, 32768, 768),
+    (64, 1024, 2048),
+    (32, 2048, 768),
+]
+PREFETCH_SWEEP = (0, 16, 32, 64, 128, 256)
 
 
 def _events_ms(fn, iters: int, trials: int = 5) -> float:
@@ -197,31 +204,35 @@ def prefill_inputs(batch, seqlen, d, dtype):
     return gates, out, pages, qsl, idx, has_init
 
 
-def bench_prefill(batch, seqlen, d, dtype, mix="diag", heads=1, sweep=False):
+def bench_prefill(
+    batch, seqlen, d, dtype, mix="diag", heads=1, sweep=False, prefetch=False
+):
     es = torch.finfo(dtype).bits // 8
     nbytes = batch * seqlen * d * 5 * es + batch * d * 16
     gates, out, pages, qsl, idx, has_init = prefill_inputs(batch, seqlen, d, dtype)
     rec = _recurrent(mix, d, heads)
     iters = max(2, min(20, int(2e9 // nbytes)))
-    configs = [(None, None, None)]
+    configs = [(None, None, None, None)]
     if sweep and mix == "head":
-        configs += [(None, u, nw) for u in (1, 2, 4) for nw in (4, 8)]
+        configs += [(None, u, nw, None) for u in (1, 2, 4) for nw in (4, 8)]
     if sweep and mix == "diag":
         configs += [
-            (bd, u, nw)
+            (bd, u, nw, None)
             for bd in (16, 32, 64, 128)
             for u in (4, 8)
             for nw in (1, 2)
             if bd >= 32 * nw and bd <= d
         ]
+    if prefetch:
+        configs += [(None, None, None, pf) for pf in PREFETCH_SWEEP]
     results = {}
     ref = None
-    for bd, u, nw in configs:
+    for bd, u, nw, pf in configs:
 
-        def run(bd=bd, u=u, nw=nw):
+        def run(bd=bd, u=u, nw=nw, pf=pf):
             paraslstm_scan(
                 gates, rec, pages, qsl, idx, has_init, out,
-                block_d=bd, unroll=u, num_warps=nw,
+                block_d=bd, unroll=u, prefetch=pf, num_warps=nw,
             )  # fmt: skip
 
         run()
@@ -230,8 +241,9 @@ def bench_prefill(batch, seqlen, d, dtype, mix="diag", heads=1, sweep=False):
         else:
             err = (out.float() - ref).abs().max().item()
             if not err < 1e-3:
-                print(f"WARNING: config {bd, u, nw} differs from default by {err}")
-        results[f"{bd}/{u}/{nw}"] = _events_ms(run, iters=iters, trials=3) * 1e3
+                print(f"WARNING: config {bd, u, nw, pf} differs from default by {err}")
+        key = f"{bd}/{u}/{nw}" if pf is None else f"prefetch {pf}"
+        results[key] = _events_ms(run, iters=iters, trials=3) * 1e3
     return nbytes, results
 
 
@@ -309,26 +321,35 @@ def bench_mamba1_prefill(batch: int, seqlen: int, dim: int, dstate: int = 16):
 
 def _top(res: dict) -> list:
     """The three fastest configurations, when more than the defaults ran."""
-    swept = {k: v for k, v in res.items() if "None" not in k and "PDL" not in k}
+    swept = {
+        k: v
+        for k, v in res.items()
+        if "None" not in k and "PDL" not in k and "prefetch" not in k
+    }
     return sorted(swept.items(), key=lambda kv: kv[1])[:3]
+
+
+def _prefetch_rows(res: dict) -> list:
+    return [(k, v) for k, v in res.items() if k.startswith("prefetch")]
 
 
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument(
         "--sweep",
-        choices=["none", "diag", "head", "all"],
+        choices=["none", "diag", "head", "prefetch", "all"],
         default="none",
         help="also time alternative launch configurations",
     )
     parser.add_argument("--no-peers", action="store_true")
     parser.add_argument(
-        "--quick", action="store_true", help="B=1 scan shapes and decode only"
+        "--quick", action="store_true", help="single-sequence scans only"
     )
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     sweep_diag = args.sweep in ("diag", "all")
     sweep_head = args.sweep in ("head", "all")
+    sweep_prefetch = args.sweep in ("prefetch", "all")
     torch.manual_seed(0)
     rows = []
     bw = copy_bandwidth()
@@ -339,7 +360,8 @@ def main():
         rows.append(dict(kind=kind, shape=shape, impl=impl, us=us, pct=pct))
         print(f"{kind:8s} {shape:28s} {impl:34s} {us:10.2f} us {pct:6.1f}%", flush=True)
 
-    for d, batch in DECODE_SHAPES:
+    decode_shapes = [] if args.quick else DECODE_SHAPES
+    for d, batch in decode_shapes:
         for dtype in (torch.float32, torch.bfloat16):
             nbytes, res = bench_decode(d, batch, dtype, sweep=sweep_diag)
             name = "fp32" if dtype == torch.float32 else "bf16"
@@ -380,7 +402,7 @@ def main():
                 )
             except Exception as e:  # noqa: BLE001
                 print("pararnn decode failed:", repr(e))
-    if not args.no_peers:
+    if not args.no_peers and not args.quick:
         for batch, dim, heads, dstate in [
             (256, 4096, 1, 16),
             (256, 4096, 64, 128),
@@ -398,12 +420,16 @@ def main():
                 )
             except Exception as e:  # noqa: BLE001
                 print("mamba decode failed:", repr(e))
-    for d, batch, heads in [
-        (4096, 256, 64),
-        (4096, 256, 32),
-        (1024, 256, 16),
-        (4096, 1, 64),
-    ]:
+    for d, batch, heads in (
+        []
+        if args.quick
+        else [
+            (4096, 256, 64),
+            (4096, 256, 32),
+            (1024, 256, 16),
+            (4096, 1, 64),
+        ]
+    ):
         nbytes, res = bench_decode(
             d, batch, torch.float32, "head", heads, sweep=sweep_head
         )
@@ -420,6 +446,8 @@ def main():
         row("decode", shape, "triton head default", res["None/None"], nbytes)
 
     for batch, seqlen, d in PREFILL_SHAPES:
+        if args.quick and batch > 1:
+            continue
         shape = f"B={batch} T={seqlen} d={d}"
         if not args.no_peers:
             try:
@@ -428,9 +456,11 @@ def main():
             except Exception as e:  # noqa: BLE001
                 print("mamba1 prefill failed:", repr(e))
         for dtype in (torch.float32, torch.bfloat16):
-            nbytes, res = bench_prefill(batch, seqlen, d, dtype, sweep=sweep_diag)
+            nbytes, res = bench_prefill(
+                batch, seqlen, d, dtype, sweep=sweep_diag, prefetch=sweep_prefetch
+            )
             name = "fp32" if dtype == torch.float32 else "bf16"
-            for cfg, us in _top(res):
+            for cfg, us in _top(res) + _prefetch_rows(res):
                 row("prefill", f"{shape} {name}", f"triton diag {cfg}", us, nbytes)
             row(
                 "prefill",
@@ -452,13 +482,23 @@ def main():
         (64, 1024, 2048, 32),
         (8, 1024, 1024, 16),
         (1, 2048, 1024, 16),
+        (1, 16384, 1024, 16),
         (64, 1024, 2048, 16),
     ]:
+        if args.quick and batch > 1:
+            continue
         nbytes, res = bench_prefill(
-            batch, seqlen, d, torch.float32, "head", heads, sweep=sweep_head
+            batch,
+            seqlen,
+            d,
+            torch.float32,
+            "head",
+            heads,
+            sweep=sweep_head,
+            prefetch=sweep_prefetch,
         )
         shape = f"B={batch} T={seqlen} d={d} fp32 H={heads}"
-        for cfg, us in _top(res):
+        for cfg, us in _top(res) + _prefetch_rows(res):
             row("prefill", shape, f"triton head {cfg}", us, nbytes)
         row("prefill", shape, "triton head default", res["None/None/None"], nbytes)
 
