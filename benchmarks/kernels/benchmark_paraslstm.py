@@ -39,7 +39,6 @@ PREFILL_SHAPES = [
     (64, 1024, 2048),
     (32, 2048, 768),
 ]
-PREFETCH_SWEEP = (0, 16, 32, 64, 128, 256)
 
 
 def _events_ms(fn, iters: int, trials: int = 5) -> float:
@@ -204,35 +203,31 @@ def prefill_inputs(batch, seqlen, d, dtype):
     return gates, out, pages, qsl, idx, has_init
 
 
-def bench_prefill(
-    batch, seqlen, d, dtype, mix="diag", heads=1, sweep=False, prefetch=False
-):
+def bench_prefill(batch, seqlen, d, dtype, mix="diag", heads=1, sweep=False):
     es = torch.finfo(dtype).bits // 8
     nbytes = batch * seqlen * d * 5 * es + batch * d * 16
     gates, out, pages, qsl, idx, has_init = prefill_inputs(batch, seqlen, d, dtype)
     rec = _recurrent(mix, d, heads)
     iters = max(2, min(20, int(2e9 // nbytes)))
-    configs = [(None, None, None, None)]
+    configs = [(None, None, None)]
     if sweep and mix == "head":
-        configs += [(None, u, nw, None) for u in (1, 2, 4) for nw in (4, 8)]
+        configs += [(None, u, nw) for u in (1, 2, 4) for nw in (4, 8)]
     if sweep and mix == "diag":
         configs += [
-            (bd, u, nw, None)
+            (bd, u, nw)
             for bd in (16, 32, 64, 128)
             for u in (4, 8)
             for nw in (1, 2)
             if bd >= 32 * nw and bd <= d
         ]
-    if prefetch:
-        configs += [(None, None, None, pf) for pf in PREFETCH_SWEEP]
     results = {}
     ref = None
-    for bd, u, nw, pf in configs:
+    for bd, u, nw in configs:
 
-        def run(bd=bd, u=u, nw=nw, pf=pf):
+        def run(bd=bd, u=u, nw=nw):
             paraslstm_scan(
                 gates, rec, pages, qsl, idx, has_init, out,
-                block_d=bd, unroll=u, prefetch=pf, num_warps=nw,
+                block_d=bd, unroll=u, num_warps=nw,
             )  # fmt: skip
 
         run()
@@ -241,9 +236,8 @@ def bench_prefill(
         else:
             err = (out.float() - ref).abs().max().item()
             if not err < 1e-3:
-                print(f"WARNING: config {bd, u, nw, pf} differs from default by {err}")
-        key = f"{bd}/{u}/{nw}" if pf is None else f"prefetch {pf}"
-        results[key] = _events_ms(run, iters=iters, trials=3) * 1e3
+                print(f"WARNING: config {bd, u, nw} differs from default by {err}")
+        results[f"{bd}/{u}/{nw}"] = _events_ms(run, iters=iters, trials=3) * 1e3
     return nbytes, results
 
 
@@ -321,23 +315,15 @@ def bench_mamba1_prefill(batch: int, seqlen: int, dim: int, dstate: int = 16):
 
 def _top(res: dict) -> list:
     """The three fastest configurations, when more than the defaults ran."""
-    swept = {
-        k: v
-        for k, v in res.items()
-        if "None" not in k and "PDL" not in k and "prefetch" not in k
-    }
+    swept = {k: v for k, v in res.items() if "None" not in k and "PDL" not in k}
     return sorted(swept.items(), key=lambda kv: kv[1])[:3]
-
-
-def _prefetch_rows(res: dict) -> list:
-    return [(k, v) for k, v in res.items() if k.startswith("prefetch")]
 
 
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument(
         "--sweep",
-        choices=["none", "diag", "head", "prefetch", "all"],
+        choices=["none", "diag", "head", "all"],
         default="none",
         help="also time alternative launch configurations",
     )
@@ -349,7 +335,6 @@ def main():
     args = parser.parse_args()
     sweep_diag = args.sweep in ("diag", "all")
     sweep_head = args.sweep in ("head", "all")
-    sweep_prefetch = args.sweep in ("prefetch", "all")
     torch.manual_seed(0)
     rows = []
     bw = copy_bandwidth()
@@ -456,11 +441,9 @@ def main():
             except Exception as e:  # noqa: BLE001
                 print("mamba1 prefill failed:", repr(e))
         for dtype in (torch.float32, torch.bfloat16):
-            nbytes, res = bench_prefill(
-                batch, seqlen, d, dtype, sweep=sweep_diag, prefetch=sweep_prefetch
-            )
+            nbytes, res = bench_prefill(batch, seqlen, d, dtype, sweep=sweep_diag)
             name = "fp32" if dtype == torch.float32 else "bf16"
-            for cfg, us in _top(res) + _prefetch_rows(res):
+            for cfg, us in _top(res):
                 row("prefill", f"{shape} {name}", f"triton diag {cfg}", us, nbytes)
             row(
                 "prefill",
@@ -488,17 +471,10 @@ def main():
         if args.quick and batch > 1:
             continue
         nbytes, res = bench_prefill(
-            batch,
-            seqlen,
-            d,
-            torch.float32,
-            "head",
-            heads,
-            sweep=sweep_head,
-            prefetch=sweep_prefetch,
+            batch, seqlen, d, torch.float32, "head", heads, sweep=sweep_head
         )
         shape = f"B={batch} T={seqlen} d={d} fp32 H={heads}"
-        for cfg, us in _top(res) + _prefetch_rows(res):
+        for cfg, us in _top(res):
             row("prefill", shape, f"triton head {cfg}", us, nbytes)
         row("prefill", shape, "triton head default", res["None/None/None"], nbytes)
 

@@ -157,17 +157,15 @@ def test_scan_varlen(impl, mix, d, num_heads, gate_dtype, scale):
 
 @pytest.mark.skipif("triton" not in IMPLS, reason="needs the Triton ops")
 @pytest.mark.parametrize("unroll", [1, 2, 4, 8])
-@pytest.mark.parametrize("prefetch", [0, 3])
 @pytest.mark.parametrize(
     "mix,d,num_heads", [("diag", 40, 1), ("head", 24, 3), ("head", 200, 2)]
 )
-def test_scan_kernel_variants(unroll, prefetch, mix, d, num_heads):
-    """Every gate look-ahead depth of the scan kernel, with and without L2
-    prefetch (which reaches past the ends of the sequences here), for diag
-    and for heads with the recurrent block on chip (head_dim 8), and the
-    streamed-block kernel (head_dim 100, where neither applies); lengths
-    differ within each program's block of sequences."""
-    if mix == "head" and d // num_heads > 64 and (unroll != 1 or prefetch):
+def test_scan_kernel_variants(unroll, mix, d, num_heads):
+    """Every gate look-ahead depth of the scan kernel, for diag and for heads
+    with the recurrent block on chip (head_dim 8), and the streamed-block
+    kernel (head_dim 100, where ``unroll`` does not apply); lengths differ
+    within each program's block of sequences."""
+    if mix == "head" and d // num_heads > 64 and unroll != 1:
         pytest.skip("the streamed-block kernel has no look-ahead")
     device, scan, _ = IMPLS["triton"]
     torch.manual_seed(6)
@@ -193,7 +191,6 @@ def test_scan_kernel_variants(unroll, prefetch, mix, d, num_heads):
         has_init.to(device),
         out,
         unroll=unroll,
-        prefetch=prefetch,
     )
     real_tok = torch.ones(num_tokens, dtype=torch.bool)
     real_tok[int(qsl[2]) : int(qsl[3])] = False

@@ -101,9 +101,12 @@ print('vllm', vllm.__version__, 'torch', torch.__version__, \
         ;;
     tests)
         need_site
-        python3 -m pip install -q --no-index --no-deps --target $SITE "$CARRY"/t/*.whl
+        python3 -m pip install -q --no-index --no-deps --upgrade --target $SITE \
+            "$CARRY"/t/*.whl
         rm -rf /tmp/intree && mkdir -p /tmp/intree
         tar -xJf "$CARRY/t/tests.tar.xz" -C /tmp/intree || exit 3
+        # vLLM's own conftest.py needs tests/utils.py, which imports the server
+        PYTHONPATH=$SITE:/tmp/intree python3 -c "import tests.utils" || exit 3
         mapfile -t files < <(grep -v '^#' tools/paraslstm/ci/test_files.txt)
         kfiles=() mfiles=()
         for f in "${files[@]}"; do
@@ -115,7 +118,8 @@ print('vllm', vllm.__version__, 'torch', torch.__version__, \
         (CUDA_VISIBLE_DEVICES=$((gpus - 1)) PYTHONPATH=$SITE:/tmp/intree \
             run_pytest kernels 500 "${kfiles[@]}" >"$LOGS/kernels.out" 2>&1) &
         kernels=$!
-        CUDA_VISIBLE_DEVICES=0 PYTHONPATH=$SITE:/tmp/intree run_pytest models 560 "${mfiles[@]}"
+        CUDA_VISIBLE_DEVICES=0 PYTHONPATH=$SITE:/tmp/intree run_pytest models 560 \
+            --continue-on-collection-errors "${mfiles[@]}"
         wait $kernels || STATUS=1
         cat "$LOGS/kernels.out"
         grep -q "rc=0" "$LOGS/kernels.out" || STATUS=1

