@@ -15,6 +15,7 @@
 #             the patched tree's tests/ (.gpuvllm/t from pack_tests.sh), the
 #             kernel tests on the last GPU beside the model tests on GPU 0
 #   parallel  the tensor/pipeline-parallel tests (two GPUs)
+#   intree "A"  pytest A (a selection of the patched tree's tests) on GPU 0
 #   only "A"  pytest A (a space-separated selection) on GPU 0
 #   bench S   benchmarks/paraslstm/benchmark_engine_gpu.py --suite S
 #   rounds S M N  suite S, models M (comma-separated), N interleaved rounds,
@@ -47,6 +48,15 @@ run_pytest() {  # name, timeout, pytest args...
     note "pytest $name: rc=$rc"
     [[ $rc == 0 ]] || STATUS=1
     return "$rc"
+}
+
+prepare_intree() {  # the patched tree's tests/ in /tmp/intree (.gpuvllm/t)
+    python3 -m pip install -q --no-index --no-deps --upgrade --target $SITE \
+        "$CARRY"/t/*.whl
+    rm -rf /tmp/intree && mkdir -p /tmp/intree
+    tar -xJf "$CARRY/t/tests.tar.xz" -C /tmp/intree || exit 3
+    # vLLM's own conftest.py needs tests/utils.py, which imports the server
+    PYTHONPATH=$SITE:/tmp/intree python3 -c "import tests.utils" || exit 3
 }
 
 run_kernel_bench() {  # name, script, args...
@@ -101,12 +111,7 @@ print('vllm', vllm.__version__, 'torch', torch.__version__, \
         ;;
     tests)
         need_site
-        python3 -m pip install -q --no-index --no-deps --upgrade --target $SITE \
-            "$CARRY"/t/*.whl
-        rm -rf /tmp/intree && mkdir -p /tmp/intree
-        tar -xJf "$CARRY/t/tests.tar.xz" -C /tmp/intree || exit 3
-        # vLLM's own conftest.py needs tests/utils.py, which imports the server
-        PYTHONPATH=$SITE:/tmp/intree python3 -c "import tests.utils" || exit 3
+        prepare_intree
         mapfile -t files < <(grep -v '^#' tools/paraslstm/ci/test_files.txt)
         kfiles=() mfiles=()
         for f in "${files[@]}"; do
@@ -130,6 +135,14 @@ print('vllm', vllm.__version__, 'torch', torch.__version__, \
         [[ -d /tmp/intree/tests ]] || { echo "device.sh: run the tests stage first"; exit 3; }
         (cd /tmp/intree && PYTHONPATH=$SITE:/tmp/intree run_pytest parallel 400 \
             tests/models/language/generation/test_paraslstm_parallel.py) || STATUS=1
+        ;;
+    intree)
+        need_site
+        prepare_intree
+        read -r -a selection <<<"$1"
+        shift
+        (cd /tmp/intree && CUDA_VISIBLE_DEVICES=0 PYTHONPATH=$SITE:/tmp/intree \
+            run_pytest intree 560 "${selection[@]}")
         ;;
     only)
         need_site
