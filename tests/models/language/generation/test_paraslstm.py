@@ -191,6 +191,45 @@ def test_prefix_caching(vllm_runner, checkpoints):
     assert_matches_reference(second, want, "with cached prefixes")
 
 
+def test_prefix_caching_resumes_at_chunk_end(vllm_runner, checkpoints):
+    """A prompt that shares only part of an earlier prompt resumes at the
+    last chunk end inside the shared part: ParaSLSTM keeps every chunk-end
+    state (vLLM's sparse default keeps only the earlier prompt's tail here,
+    a miss). Same outputs as the reference."""
+    ref = REFERENCES[PREFIX_CASE]
+    prompts = ref["prompts"]
+    first_idx, prefix_idx = len(prompts) - 2, len(prompts) - 1
+    chunk = 48
+    assert chunk < PREFIX_LEN < (len(prompts[prefix_idx]) - 1) // 16 * 16
+    with vllm_runner(
+        checkpoints[PREFIX_CASE],
+        **engine_kwargs(
+            enable_prefix_caching=True,
+            enable_chunked_prefill=True,
+            block_size=16,
+            max_num_batched_tokens=chunk,
+            disable_log_stats=False,
+        ),
+    ) as vllm_model:
+        cache_config = vllm_model.llm.llm_engine.vllm_config.cache_config
+        assert cache_config.prefix_cache_retention_interval is None
+
+        def hits() -> float:
+            metrics = vllm_model.llm.get_metrics()
+            return sum(m.value for m in metrics if m.name == "vllm:prefix_cache_hits")
+
+        earlier = generate(vllm_model, [prompts[prefix_idx]], prompt_logprobs=False)
+        hits_earlier = hits()
+        later = generate(vllm_model, [prompts[first_idx]], prompt_logprobs=False)
+        hits_later = hits() - hits_earlier
+    assert hits_earlier == 0
+    assert hits_later == chunk, hits_later
+    want = {"outputs": [ref["outputs"][prefix_idx]]}
+    assert_matches_reference(earlier, want, "earlier prompt")
+    want = {"outputs": [ref["outputs"][first_idx]]}
+    assert_matches_reference(later, want, "resumed at the chunk end")
+
+
 def test_engine_in_separate_process(vllm_runner, checkpoints, monkeypatch):
     """The engine core in its own process, as vLLM runs it by default."""
     case = "head-untied-rhonull-h2"
