@@ -26,9 +26,13 @@
 # Several stages may be given: `device.sh b tests bench small`.
 set -uo pipefail
 
-SITE=/tmp/site
+# A second vLLM (another version) can sit beside the first: its own carry,
+# site and log folder, e.g. PARASLSTM_GPU_CARRY=.gpuvllm33
+# PARASLSTM_GPU_SITE=/tmp/site33 PARASLSTM_GPU_TAG=v033.
+SITE="${PARASLSTM_GPU_SITE:-/tmp/site}"
+INTREE="$SITE-tests"
 CARRY="${PARASLSTM_GPU_CARRY:-.gpuvllm}"
-LOGS="${OUT:-out/gpu}"
+LOGS="${OUT:-out/gpu}${PARASLSTM_GPU_TAG:+/$PARASLSTM_GPU_TAG}"
 mkdir -p "$LOGS"
 export PYTHONPATH="$SITE:$PWD" PYTHONUNBUFFERED=1
 export VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
@@ -50,13 +54,13 @@ run_pytest() {  # name, timeout, pytest args...
     return "$rc"
 }
 
-prepare_intree() {  # the patched tree's tests/ in /tmp/intree (.gpuvllm/t)
+prepare_intree() {  # the patched tree's tests/ in $INTREE (.gpuvllm/t)
     python3 -m pip install -q --no-index --no-deps --upgrade --target $SITE \
         "$CARRY"/t/*.whl
-    rm -rf /tmp/intree && mkdir -p /tmp/intree
-    tar -xJf "$CARRY/t/tests.tar.xz" -C /tmp/intree || exit 3
+    rm -rf $INTREE && mkdir -p $INTREE
+    tar -xJf "$CARRY/t/tests.tar.xz" -C $INTREE || exit 3
     # vLLM's own conftest.py needs tests/utils.py, which imports the server
-    PYTHONPATH=$SITE:/tmp/intree python3 -c "import tests.utils" || exit 3
+    PYTHONPATH=$SITE:$INTREE python3 -c "import tests.utils" || exit 3
 }
 
 run_kernel_bench() {  # name, script, args...
@@ -88,12 +92,12 @@ while [[ $# -gt 0 ]]; do
         if [[ -f "$CARRY/a/vllm_c.tar.xz" ]]; then
             tar -xJf "$CARRY/a/vllm_c.tar.xz" -C $SITE && touch $SITE/.a_ok
         else
-            cp "$CARRY"/a/vllm_c.tar.xz.00 /tmp/vllm_c.00
+            cp "$CARRY"/a/vllm_c.tar.xz.00 $SITE.vllm_c.00
         fi
         note "a: done"
         ;;
     a2)
-        cat /tmp/vllm_c.00 "$CARRY"/a2/vllm_c.tar.xz.01 | tar -xJ -C $SITE \
+        cat $SITE.vllm_c.00 "$CARRY"/a2/vllm_c.tar.xz.01 | tar -xJ -C $SITE \
             && touch $SITE/.a_ok
         note "a2: unpacked"
         ;;
@@ -119,11 +123,11 @@ print('vllm', vllm.__version__, 'torch', torch.__version__, \
         done
         gpus=$(python3 -c "import torch; print(torch.cuda.device_count())")
         repo=$PWD
-        cd /tmp/intree
-        (CUDA_VISIBLE_DEVICES=$((gpus - 1)) PYTHONPATH=$SITE:/tmp/intree \
+        cd $INTREE
+        (CUDA_VISIBLE_DEVICES=$((gpus - 1)) PYTHONPATH=$SITE:$INTREE \
             run_pytest kernels 500 "${kfiles[@]}" >"$LOGS/kernels.out" 2>&1) &
         kernels=$!
-        CUDA_VISIBLE_DEVICES=0 PYTHONPATH=$SITE:/tmp/intree run_pytest models 560 \
+        CUDA_VISIBLE_DEVICES=0 PYTHONPATH=$SITE:$INTREE run_pytest models 560 \
             --continue-on-collection-errors "${mfiles[@]}"
         wait $kernels || STATUS=1
         cat "$LOGS/kernels.out"
@@ -132,8 +136,8 @@ print('vllm', vllm.__version__, 'torch', torch.__version__, \
         ;;
     parallel)
         need_site
-        [[ -d /tmp/intree/tests ]] || { echo "device.sh: run the tests stage first"; exit 3; }
-        (cd /tmp/intree && PYTHONPATH=$SITE:/tmp/intree run_pytest parallel 400 \
+        [[ -d $INTREE/tests ]] || { echo "device.sh: run the tests stage first"; exit 3; }
+        (cd $INTREE && PYTHONPATH=$SITE:$INTREE run_pytest parallel 400 \
             tests/models/language/generation/test_paraslstm_parallel.py) || STATUS=1
         ;;
     intree)
@@ -141,7 +145,7 @@ print('vllm', vllm.__version__, 'torch', torch.__version__, \
         prepare_intree
         read -r -a selection <<<"$1"
         shift
-        (cd /tmp/intree && CUDA_VISIBLE_DEVICES=0 PYTHONPATH=$SITE:/tmp/intree \
+        (cd $INTREE && CUDA_VISIBLE_DEVICES=0 PYTHONPATH=$SITE:$INTREE \
             run_pytest intree 560 "${selection[@]}")
         ;;
     only)
