@@ -79,7 +79,8 @@ MIRRORED_ROOTS = ("vllm", "tests", "docs", "benchmarks")
 # and the tests that need what vLLM's CI does not have: pararnn-torch in its
 # own environment (live cross-checks, the stored references' drift check and
 # the script that recomputes them), the trained demo checkpoint in examples/,
-# or this project's host handling (the server fault test). They run from the
+# or this project's host handling (the server fault test), or this project's
+# benchmarks (their smoke test). They run from the
 # repo root against the plugin (tools/paraslstm/ci/test_files_project.txt).
 PROJECT_TESTS = "tests/models/language/generation/"
 NOT_UPSTREAM = (
@@ -93,6 +94,7 @@ NOT_UPSTREAM = (
     PROJECT_TESTS + "paraslstm_kjv_heldout.txt",
     PROJECT_TESTS + "test_paraslstm_kjv.py",
     PROJECT_TESTS + "test_paraslstm_server.py",
+    PROJECT_TESTS + "test_paraslstm_benchmarks.py",
 )
 
 # Author, committer and DCO sign-off of every patch. Whoever sends the PR

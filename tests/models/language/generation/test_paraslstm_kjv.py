@@ -30,6 +30,8 @@ from tokenizers import Tokenizer
 
 from tests.models.language.generation.paraslstm_pararnn_utils import reference_python
 from vllm import LLM, SamplingParams
+from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+from vllm.platforms import current_platform
 
 pytestmark = pytest.mark.hybrid_model
 
@@ -45,6 +47,7 @@ PROMPTS = [
 ]
 MAX_NEW_TOKENS = 24
 PPL_RTOL = 1e-3
+FP8_PPL_RTOL = 0.01
 
 
 def _model_dir() -> Path | None:
@@ -99,21 +102,21 @@ def reference(inputs, tmp_path_factory) -> dict:
     return json.loads((work / "result.json").read_text())
 
 
-@pytest.fixture(scope="module")
-def vllm_outputs(inputs) -> dict:
+def _run_vllm(inputs: dict, **engine) -> dict:
+    """Held-out token logprobs and greedy continuations from one engine."""
     longest = max(len(s) for s in inputs["sequences"])
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         llm = LLM(
             model=str(MODEL_DIR),
             skip_tokenizer_init=True,
-            dtype="float32",
             enforce_eager=True,
             max_model_len=longest + MAX_NEW_TOKENS + 16,
             max_num_seqs=4,
             max_num_batched_tokens=1024,
             kv_cache_memory_bytes=64 * 2**20,
             seed=0,
+            **engine,
         )
     try:
         scored = llm.generate(
@@ -131,6 +134,7 @@ def vllm_outputs(inputs) -> dict:
         )
     finally:
         del llm
+        cleanup_dist_env_and_memory()
     token_logprobs = []
     for seq, out in zip(inputs["sequences"], scored):
         entries = out.prompt_logprobs[1:]
@@ -140,6 +144,11 @@ def vllm_outputs(inputs) -> dict:
         "token_logprobs": token_logprobs,
         "greedy": [list(o.outputs[0].token_ids) for o in greedy],
     }
+
+
+@pytest.fixture(scope="module")
+def vllm_outputs(inputs) -> dict:
+    return _run_vllm(inputs, dtype="float32")
 
 
 def _ppl(token_logprobs: list[list[float]]) -> float:
@@ -167,3 +176,21 @@ def test_model_is_trained(reference):
     """Held-out perplexity far below a random model's (about the vocab size)."""
     vocab = json.loads((MODEL_DIR / "config.json").read_text())["vocab_size"]
     assert _ppl(reference["token_logprobs"]) < vocab / 30
+
+
+@pytest.mark.skipif(not current_platform.is_cuda(), reason="fp8 weights need CUDA")
+def test_fp8_weights_heldout_perplexity(inputs):
+    """Online fp8 weights (``quantization="fp8"``) against bf16 weights, both
+    in a bf16 engine: held-out perplexity within FP8_PPL_RTOL, and the share
+    of greedy tokens that agree (printed; the perplexity decides)."""
+    small = {"gpu_memory_utilization": 0.2, "dtype": "bfloat16"}
+    bf16 = _run_vllm(inputs, **small)
+    fp8 = _run_vllm(inputs, quantization="fp8", **small)
+    ppl_bf16 = _ppl(bf16["token_logprobs"])
+    ppl_fp8 = _ppl(fp8["token_logprobs"])
+    pairs = [
+        (a, b) for x, y in zip(bf16["greedy"], fp8["greedy"]) for a, b in zip(x, y)
+    ]
+    agree = sum(a == b for a, b in pairs) / len(pairs)
+    print(f"KJV held-out ppl bf16 {ppl_bf16:.4f} fp8 {ppl_fp8:.4f}; greedy {agree:.3f}")
+    assert abs(ppl_fp8 - ppl_bf16) <= FP8_PPL_RTOL * ppl_bf16, (ppl_fp8, ppl_bf16)

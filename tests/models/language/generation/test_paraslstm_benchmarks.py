@@ -1,0 +1,99 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM project
+"""The project's serving and prefix-caching benchmarks run end to end.
+
+Each script runs as a user runs it, on a tiny model (the GPU figures in
+docs/ come from the same scripts on the H200). The test checks what a run
+must produce: every request completed, finite latencies, and the cache hits
+that the prefix-caching table is about.
+"""
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.hybrid_model
+
+HERE = Path(__file__).resolve().parent
+
+
+def _script(name: str) -> Path:
+    for root in (HERE, *HERE.parents):
+        path = root / "benchmarks" / "paraslstm" / name
+        if path.is_file():
+            return path
+    pytest.skip(f"benchmarks/paraslstm/{name} is not above {HERE}")
+    raise AssertionError("unreachable")
+
+
+def test_serving_benchmark_smoke(tmp_path):
+    out = tmp_path / "serving.jsonl"
+    cmd = [
+        sys.executable,
+        str(_script("benchmark_serving.py")),
+        *("--suite", "tiny", "--rates", "2,inf", "--min-prompts", "6"),
+        *("--seconds-per-rate", "1"),
+        *("--long-prompts", "2", "--long-rate", "1", "--max-model-len", "2048"),
+        "--max-num-seqs",
+        "8",
+        "--serve-args",
+        json.dumps(["--enforce-eager", "--kv-cache-memory-bytes", str(64 * 2**20)]),
+        *("--json", str(out)),
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["workload"], r["rate"]) for r in rows] == [
+        ("sweep", 2.0),
+        ("sweep", math.inf),
+        ("long", 1.0),
+    ]
+    assert [r["completed"] for r in rows] == [6, 8, 2]
+    for r in rows:
+        assert r["output_tok_s"] > 0
+        assert 0 < r["p50_ttft_ms"] <= r["p99_ttft_ms"] < 60_000
+        # (0 when a loaded host streams a request's tokens in one chunk)
+        assert 0 <= r["p50_tpot_ms"] <= r["p99_tpot_ms"]
+        assert r["total_output_tokens"] >= r["completed"]
+    assert "p99 TTFT passes 2 s" in proc.stdout
+
+
+def test_prefix_caching_benchmark_smoke(tmp_path):
+    out = tmp_path / "prefix.json"
+    cmd = [
+        sys.executable,
+        str(_script("benchmark_prefix_caching.py")),
+        *("--hidden-size", "64", "--num-layers", "2", "--vocab", "1024"),
+        *("--dtype", "float32", "--max-len", "4096", "--repeat-lens", "100,700"),
+        *("--prefix-len", "600", "--suffix-lens", "37,200", "--chat-turns", "3"),
+        *("--chat-system-len", "200", "--cost-batch", "4", "--cost-len", "300"),
+        *("--warmup-len", "300", "--repeats", "1"),
+        "--engine-args",
+        json.dumps(
+            {
+                "enforce_eager": True,
+                "max_num_batched_tokens": 256,
+                "kv_cache_memory_bytes": 64 * 2**20,
+            }
+        ),
+        *("--json", str(out)),
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    res = json.loads(out.read_text())
+    off, on = res["off"], res["on"]
+    block = on["block_size"]
+    for length in ("100", "700"):
+        assert off["repeat"][length]["cached"] == 0
+        assert on["repeat"][length]["cached"] >= int(length) - block
+    # Chunks of 256 tokens: the 600-token prefix resumes at 512.
+    assert on["retention"] is None
+    assert on["shared"]["warm_cached"] == 512
+    assert on["primed"]["warm_cached"] >= 600 - block
+    assert [t["cached"] for t in on["chat"]][0] == 0
+    assert all(t["cached"] > 0 for t in on["chat"][1:])
+    assert on["cost_prompt_tok_s"] > 0 and off["cost_prompt_tok_s"] > 0
