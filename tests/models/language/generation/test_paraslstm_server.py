@@ -293,7 +293,7 @@ def server(_server_proc, offline) -> _Server:
     # The server runs the vLLM this process imports (e.g. a patched source
     # tree on PYTHONPATH, not the installed wheel).
     log = _server_proc.log_path.read_text(errors="replace")
-    m = re.search(r"^\[paraslstm-test\] vllm from (.*)$", log, re.M)
+    m = re.search(r"^\[vllm_cli\] vllm from (.*)$", log, re.M)
     assert m and m.group(1) == vllm.__file__, (m and m.group(1), vllm.__file__)
     return _server_proc
 
