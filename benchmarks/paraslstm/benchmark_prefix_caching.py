@@ -34,21 +34,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
-
-def config(d: int, layers: int, vocab: int) -> dict:
-    return {
-        "architectures": ["ParaSLSTMForCausalLM"],
-        "model_type": "paraslstm",
-        "vocab_size": vocab,
-        "hidden_size": d,
-        "num_hidden_layers": layers,
-        "mlp_ratio": 4.0,
-        "max_recurrent_norm": 0.5,
-        "mix": "diag",
-        "tie_word_embeddings": True,
-        "eos_token_id": 0,
-    }
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchmark_engine_gpu import paraslstm  # noqa: E402
 
 
 def worker(args: argparse.Namespace) -> dict:
@@ -228,7 +217,7 @@ def main() -> int:
             json.dump(worker(args), f)
         return 0
     with tempfile.TemporaryDirectory() as ckpt:
-        cfg = config(args.hidden_size, args.num_layers, args.vocab)
+        cfg = {**paraslstm(args.hidden_size, args.num_layers), "vocab_size": args.vocab}
         with open(os.path.join(ckpt, "config.json"), "w") as f:
             json.dump(cfg, f)
         off = run_config(args, ckpt, "off")
