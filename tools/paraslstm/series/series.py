@@ -171,13 +171,18 @@ SERIES: tuple[Commit, ...] = (
         body=(
             "Add ParaSLSTMMixer (MambaBase layer run through the\n"
             "vllm::paraslstm_mixer custom op) and ParaSLSTMForCausalLM\n"
-            "(attention-free, tensor and pipeline parallel, mamba prefix\n"
-            "caching, CUDA graphs). The model uses MambaModelConfig through a\n"
-            "small subclass that rejects speculative decoding, which the\n"
-            "recurrent state does not support yet. Register the architecture,\n"
-            "add the example-model entry, the supported-models row and model\n"
-            "tests: tiny checkpoints written at test time in pararnn-torch's\n"
-            "layout, compared with pararnn-torch outputs stored beside them."
+            "(attention-free, tensor and pipeline parallel, mamba prefix caching,\n"
+            "CUDA graphs). The model uses MambaModelConfig through a small\n"
+            "subclass that rejects speculative decoding, which the recurrent\n"
+            "state does not support yet, and that keeps every chunk-end state\n"
+            "under prefix caching (prefix_cache_retention_interval=None): without\n"
+            "an attention group no shared-prefix junction is detected, so the\n"
+            "sparse default would drop the states that a shared prefix resumes\n"
+            "from, and a state page is a few KiB per layer. Register the\n"
+            "architecture, add the example-model entry, the supported-models row\n"
+            "and model tests: tiny checkpoints written at test time in\n"
+            "pararnn-torch's layout, compared with pararnn-torch outputs stored\n"
+            "beside them."
         ),
         patterns=(
             "vllm/model_executor/layers/mamba/*",
