@@ -59,8 +59,9 @@ prepare_intree() {  # the patched tree's tests/ in $INTREE (.gpuvllm/t)
         "$CARRY"/t/*.whl
     rm -rf $INTREE && mkdir -p $INTREE
     tar -xJf "$CARRY/t/tests.tar.xz" -C $INTREE || exit 3
-    # vLLM's own conftest.py needs tests/utils.py, which imports the server
-    PYTHONPATH=$SITE:$INTREE python3 -c "import tests.utils" || exit 3
+    # vLLM's conftest.py and tests/utils.py (which imports the server): fail
+    # here in seconds, not in every test
+    PYTHONPATH=$SITE:$INTREE python3 -c "import tests.utils, tests.conftest" || exit 3
 }
 
 run_kernel_bench() {  # name, script, args...
