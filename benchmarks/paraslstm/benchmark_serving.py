@@ -173,6 +173,13 @@ def _row(name: str, workload: str, rate: float, res: dict) -> dict:
 
 def run_model(name: str, config: dict, args, out) -> list[dict]:
     rows = []
+
+    def record(workload: str, rate: float, res: dict) -> None:
+        rows.append(_row(name, workload, rate, res))
+        out.write(json.dumps(rows[-1]) + "\n")
+        out.flush()
+        print(_line(rows[-1]), flush=True)
+
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         model = _model_dir(work / "model", config)
@@ -196,18 +203,13 @@ def run_model(name: str, config: dict, args, out) -> list[dict]:
                     server, model, work, f"r{rate}", args,
                     rate=rate, num_prompts=num, **sweep,
                 )  # fmt: skip
-                rows.append(_row(name, "sweep", rate, res))
-                out.write(json.dumps(rows[-1]) + "\n")
-                out.flush()
-                print(_line(rows[-1]), flush=True)
+                record("sweep", rate, res)
             if args.long_prompts > 0:
                 res = bench(
                     server, model, work, "long", args,
                     rate=args.long_rate, num_prompts=args.long_prompts, **long,
                 )  # fmt: skip
-                rows.append(_row(name, "long", args.long_rate, res))
-                out.write(json.dumps(rows[-1]) + "\n")
-                print(_line(rows[-1]), flush=True)
+                record("long", args.long_rate, res)
     return rows
 
 
