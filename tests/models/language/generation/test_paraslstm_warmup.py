@@ -55,7 +55,7 @@ def test_no_kernel_compiles_while_serving(
         max_model_len=6000,
         max_num_batched_tokens=6000,
         max_num_seqs=64,
-        gpu_memory_utilization=0.3,
+        kv_cache_memory_bytes=64 * 2**20,
     ) as vllm_model:
         llm = vllm_model.llm
         knobs.jit_post_compile_hook = on_compile
