@@ -19,10 +19,18 @@ off and on, on whatever device vLLM finds (CPU or GPU):
   prompt tok/s (caching on against off: what caching costs when it never
   pays).
 
+Every send also records the engine steps it took. `--block-sizes 16,64`
+runs one caching-on configuration per block size (the caching granularity:
+hits land on its multiples, and the scheduler hashes every block);
+`--arch mamba2` runs Mamba2 at the same width instead, for a peer under the
+same align-mode scheduler. The worker's vLLM JIT-monitor lines (a Triton
+compile during inference) are printed with the results.
+
 Usage:
 
-    python benchmarks/paraslstm/benchmark_prefix_caching.py [--device-args
-        '{"max_num_batched_tokens": 8192}'] [--json out.json]
+    python benchmarks/paraslstm/benchmark_prefix_caching.py [--engine-args
+        '{"max_num_batched_tokens": 2048}'] [--block-sizes 16,64,256]
+        [--json out.json]
 """
 
 import argparse
@@ -37,7 +45,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchmark_engine_gpu import paraslstm  # noqa: E402
+from benchmark_engine_gpu import mamba2, paraslstm  # noqa: E402
+
+ARCHS = {"paraslstm": paraslstm, "mamba2": mamba2}
 
 
 def worker(args: argparse.Namespace) -> dict:
@@ -54,7 +64,17 @@ def worker(args: argparse.Namespace) -> dict:
         seed=0,
     )
     kwargs.update(json.loads(args.engine_args))
+    if args.block_size:
+        kwargs["block_size"] = args.block_size
     llm = LLM(**kwargs)
+    engine_step = llm.llm_engine.step
+    steps = [0]
+
+    def counted_step():
+        steps[0] += 1
+        return engine_step()
+
+    llm.llm_engine.step = counted_step
     cache = llm.llm_engine.vllm_config.cache_config
     sched = llm.llm_engine.vllm_config.scheduler_config
     rng = random.Random(args.seed)
@@ -65,6 +85,7 @@ def worker(args: argparse.Namespace) -> dict:
 
     def send(prompts: list[list[int]]) -> tuple[float, list[int]]:
         batch = [{"prompt_token_ids": p} for p in prompts]
+        steps[0] = 0
         start = time.perf_counter()
         outs = llm.generate(batch, params, use_tqdm=False)
         elapsed = time.perf_counter() - start
@@ -85,7 +106,9 @@ def worker(args: argparse.Namespace) -> dict:
         prompt = tokens(length)
         send([prompt])
         seconds, cached = send([prompt])
-        res["repeat"][length] = dict(cached=cached[0], ttft_ms=1e3 * seconds)
+        res["repeat"][length] = dict(
+            cached=cached[0], ttft_ms=1e3 * seconds, steps=steps[0]
+        )
 
     for name, primed in (("shared", False), ("primed", True)):
         prefix = tokens(args.prefix_len)
@@ -95,7 +118,12 @@ def worker(args: argparse.Namespace) -> dict:
         for suffix_len in args.suffix_lens * args.shared_repeats:
             seconds, cached = send([prefix + tokens(suffix_len)])
             rows.append(
-                dict(suffix=suffix_len, cached=cached[0], ttft_ms=1e3 * seconds)
+                dict(
+                    suffix=suffix_len,
+                    cached=cached[0],
+                    ttft_ms=1e3 * seconds,
+                    steps=steps[0],
+                )
             )
         warm = rows[1:]
         res[name] = dict(
@@ -111,7 +139,12 @@ def worker(args: argparse.Namespace) -> dict:
         history = history + tokens(args.chat_user_len)
         seconds, cached = send([history])
         res["chat"].append(
-            dict(len=len(history), cached=cached[0], ttft_ms=1e3 * seconds)
+            dict(
+                len=len(history),
+                cached=cached[0],
+                ttft_ms=1e3 * seconds,
+                steps=steps[0],
+            )
         )
         history = history + tokens(64)
 
@@ -121,66 +154,76 @@ def worker(args: argparse.Namespace) -> dict:
         assert not any(cached), cached
         times.append(seconds)
     res["cost_prompt_tok_s"] = args.cost_batch * args.cost_len / min(times)
+    res["cost_steps"] = steps[0]
     return res
 
 
-def run_config(args: argparse.Namespace, ckpt: str, caching: str) -> dict:
+def run_config(
+    args: argparse.Namespace, ckpt: str, caching: str, block_size: int | None
+) -> dict:
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
-        cmd = [
-            sys.executable,
-            __file__,
-            "--worker",
-            caching,
-            "--ckpt",
-            ckpt,
-            "--result",
-            out.name,
-        ] + [a for a in sys.argv[1:] if a != "--worker"]
+        cmd = [sys.executable, __file__, "--worker", caching, "--ckpt", ckpt]
+        cmd += ["--result", out.name, "--block-size", str(block_size or 0)]
+        cmd += [a for a in sys.argv[1:] if a != "--worker"]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             sys.stderr.write(proc.stdout[-4000:] + proc.stderr[-8000:])
             raise SystemExit(f"worker (caching {caching}) failed: {proc.returncode}")
         with open(out.name) as f:
-            return json.load(f)
+            res = json.load(f)
+    log = (proc.stdout + proc.stderr).splitlines()
+    res["jit"] = [line for line in log if "JIT compilation" in line]
+    return res
 
 
-def render(off: dict, on: dict) -> str:
+def _label(res: dict) -> str:
+    if res["caching"] == "off":
+        return "off"
+    return f"on, block {res['block_size']}"
+
+
+def render(runs: list[dict]) -> str:
+    """One column per configuration (caching off first); a cell is cached
+    tokens / TTFT in ms / engine steps."""
+    on = runs[1]
+    head = "| workload | " + " | ".join(_label(r) for r in runs) + " |"
+    rule = "|---" * (len(runs) + 1) + "|"
     lines = [
-        f"caching on: block {on['block_size']} (mamba {on['mamba_block_size']}), "
-        f"mode {on['mamba_cache_mode']}, retention {on['retention']}, "
-        f"max_num_batched_tokens {on['max_num_batched_tokens']}",
+        f"caching on: mode {on['mamba_cache_mode']}, retention {on['retention']}, "
+        f"max_num_batched_tokens {on['max_num_batched_tokens']}; a cell is "
+        "cached tokens / TTFT ms / engine steps",
         "",
-        "| repeated prompt L | cached (on) | TTFT off / on, ms |",
-        "|---|---|---|",
+        head,
+        rule,
     ]
-    for length, row in on["repeat"].items():
-        lines.append(
-            f"| {length} | {row['cached']} | "
-            f"{off['repeat'][length]['ttft_ms']:.1f} / {row['ttft_ms']:.1f} |"
-        )
-    lines += [
-        "",
-        "| shared prefix | warm cached (on) | warm TTFT off / on, ms | drop |",
-        "|---|---|---|---|",
-    ]
+
+    def cell(row: dict) -> str:
+        return f"{row['cached']:.0f} / {row['ttft_ms']:.1f} / {row.get('steps', '?')}"
+
+    for length in on["repeat"]:
+        cells = [cell(r["repeat"][length]) for r in runs]
+        lines.append(f"| repeated {length} | " + " | ".join(cells) + " |")
     for name in ("shared", "primed"):
-        a, b = off[name], on[name]
+        cells = [
+            f"{r[name]['warm_cached']:.0f} / {r[name]['warm_ttft_ms']:.1f} "
+            f"({runs[0][name]['warm_ttft_ms'] / r[name]['warm_ttft_ms']:.2f}x)"
+            for r in runs
+        ]
+        lines.append(f"| {name} prefix, warm mean | " + " | ".join(cells) + " |")
+    for turn, row in enumerate(on["chat"]):
+        cells = [cell(r["chat"][turn]) for r in runs]
         lines.append(
-            f"| {name} | {b['warm_cached']:.0f} | {a['warm_ttft_ms']:.1f} / "
-            f"{b['warm_ttft_ms']:.1f} | {a['warm_ttft_ms'] / b['warm_ttft_ms']:.2f}x |"
+            f"| chat turn {turn + 1}, {row['len']} | " + " | ".join(cells) + " |"
         )
-    lines += ["", "| chat turn, length | cached (on) | TTFT off / on, ms |"]
-    lines.append("|---|---|---|")
-    for a, b in zip(off["chat"], on["chat"]):
-        lines.append(
-            f"| {b['len']} | {b['cached']} | {a['ttft_ms']:.1f} / {b['ttft_ms']:.1f} |"
-        )
-    cost = on["cost_prompt_tok_s"] / off["cost_prompt_tok_s"]
-    lines += [
-        "",
-        f"no hits, prompt tok/s off / on: {off['cost_prompt_tok_s']:.0f} / "
-        f"{on['cost_prompt_tok_s']:.0f} ({cost:.3f}x)",
+    cells = [
+        f"{r['cost_prompt_tok_s']:.0f} tok/s / {r.get('cost_steps', '?')} steps "
+        f"({r['cost_prompt_tok_s'] / runs[0]['cost_prompt_tok_s']:.3f}x)"
+        for r in runs
     ]
+    lines.append("| no hits, prompt throughput | " + " | ".join(cells) + " |")
+    for r in runs:
+        for line in r.get("jit", []):
+            lines.append(f"JIT ({_label(r)}): {line}")
     return "\n".join(lines)
 
 
@@ -204,28 +247,38 @@ def main() -> int:
     ap.add_argument("--warmup-len", type=int, default=4100)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--arch", choices=sorted(ARCHS), default="paraslstm")
+    ap.add_argument(
+        "--block-sizes",
+        default="",
+        help="comma-separated block sizes, one caching-on run each "
+        "(default: one run at the engine's block size)",
+    )
     ap.add_argument("--json", default=None)
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--ckpt", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--result", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--block-size", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
     args.repeat_lens = [int(x) for x in args.repeat_lens.split(",")]
     args.suffix_lens = [int(x) for x in args.suffix_lens.split(",")]
+    args.block_sizes = [int(x) for x in args.block_sizes.split(",") if x] or [None]
     if args.worker:
         args.caching = args.worker
         with open(args.result, "w") as f:
             json.dump(worker(args), f)
         return 0
     with tempfile.TemporaryDirectory() as ckpt:
-        cfg = {**paraslstm(args.hidden_size, args.num_layers), "vocab_size": args.vocab}
+        cfg = ARCHS[args.arch](args.hidden_size, args.num_layers)
         with open(os.path.join(ckpt, "config.json"), "w") as f:
-            json.dump(cfg, f)
-        off = run_config(args, ckpt, "off")
-        on = run_config(args, ckpt, "on")
-    print(render(off, on))
+            json.dump({**cfg, "vocab_size": args.vocab}, f)
+        runs = [run_config(args, ckpt, "off", None)]
+        for block_size in args.block_sizes:
+            runs.append(run_config(args, ckpt, "on", block_size))
+    print(render(runs))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(dict(args=vars(args), off=off, on=on), f, indent=1)
+            json.dump(dict(args=vars(args), runs=runs), f, indent=1)
     return 0
 
 

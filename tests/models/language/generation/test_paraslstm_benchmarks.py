@@ -71,7 +71,7 @@ def test_prefix_caching_benchmark_smoke(tmp_path):
         *("--dtype", "float32", "--max-len", "4096", "--repeat-lens", "100,700"),
         *("--prefix-len", "600", "--suffix-lens", "37,200", "--chat-turns", "3"),
         *("--chat-system-len", "200", "--cost-batch", "4", "--cost-len", "300"),
-        *("--warmup-len", "300", "--repeats", "1"),
+        *("--warmup-len", "300", "--repeats", "1", "--block-sizes", "16,64"),
         "--engine-args",
         json.dumps(
             {
@@ -84,16 +84,22 @@ def test_prefix_caching_benchmark_smoke(tmp_path):
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
-    res = json.loads(out.read_text())
-    off, on = res["off"], res["on"]
-    block = on["block_size"]
-    for length in ("100", "700"):
-        assert off["repeat"][length]["cached"] == 0
-        assert on["repeat"][length]["cached"] >= int(length) - block
-    # Chunks of 256 tokens: the 600-token prefix resumes at 512.
-    assert on["retention"] is None
-    assert on["shared"]["warm_cached"] == 512
-    assert on["primed"]["warm_cached"] >= 600 - block
-    assert [t["cached"] for t in on["chat"]][0] == 0
-    assert all(t["cached"] > 0 for t in on["chat"][1:])
+    off, on, on64 = json.loads(out.read_text())["runs"]
+    assert (off["caching"], on["block_size"], on64["block_size"]) == ("off", 16, 64)
+    for run in (on, on64):
+        block = run["block_size"]
+        for length in ("100", "700"):
+            assert off["repeat"][length]["cached"] == 0
+            assert run["repeat"][length]["cached"] >= int(length) - block
+        # Chunks of 256 tokens save states at 256 and 512; the first
+        # 637-token prompt also saves one at its last block boundary, 624
+        # (past the 600-token prefix) at block 16 and 576 at block 64.
+        assert run["retention"] is None
+        assert run["shared"]["warm_cached"] == {16: 512, 64: 576}[block]
+        assert run["primed"]["warm_cached"] >= 600 - block
+        assert [t["cached"] for t in run["chat"]][0] == 0
+        assert all(t["cached"] > 0 for t in run["chat"][1:])
+    # 700 tokens in chunks of 256 take three steps; resuming at 688, one.
+    assert off["repeat"]["700"]["steps"] == 3
+    assert on["repeat"]["700"]["steps"] == 1
     assert on["cost_prompt_tok_s"] > 0 and off["cost_prompt_tok_s"] > 0
