@@ -16,7 +16,8 @@ best of `--repeats` after a warm-up):
 
 `--rounds N` runs the suite's models N times, interleaved (A, B, A, B, ...),
 so that slow drifts of the machine fall on every model alike; compare
-medians over the rounds.
+medians over the rounds. `--quantizations none,fp8` runs each model also
+with online fp8 weights (`quantization="fp8"`), named `<model>+fp8`.
 
 Usage (GPU machine, vLLM with the series on PYTHONPATH):
 
@@ -166,6 +167,9 @@ def run_one(name: str, config: dict, tp: int, args) -> dict:
     os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
     from vllm import LLM
 
+    quantization = {}
+    if args.quantization != "none":
+        quantization["quantization"] = args.quantization
     with tempfile.TemporaryDirectory() as ckpt:
         with open(os.path.join(ckpt, "config.json"), "w") as f:
             json.dump(config, f)
@@ -182,11 +186,13 @@ def run_one(name: str, config: dict, tp: int, args) -> dict:
             gpu_memory_utilization=0.85,
             compilation_config={"cudagraph_capture_sizes": CAPTURE_SIZES},
             seed=0,
+            **quantization,
         )
         startup = time.perf_counter() - t0
         params = llm.collective_rpc(_count_params)
         res = {
-            "name": name,
+            "name": name
+            + ("" if args.quantization == "none" else f"+{args.quantization}"),
             "tp": tp,
             "params_per_rank": params[0],
             "startup_s": startup,
@@ -230,7 +236,14 @@ def main() -> int:
         default="paraslstm-d768-L10,mamba1-d768-L24",
         help="comma-separated models to profile",
     )
+    p.add_argument(
+        "--quantizations",
+        default="none",
+        help="comma-separated, e.g. none,fp8: each model once per quantization "
+        "(online, of the bf16 dummy weights), interleaved",
+    )
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--quantization", default="none", help=argparse.SUPPRESS)
     args = p.parse_args()
 
     only = args.only.split(",") if args.only else None
@@ -243,14 +256,22 @@ def main() -> int:
         return 0
 
     failed = []
-    for round_, (name, _, _) in [(k, m) for k in range(args.rounds) for m in models]:
+    runs = [
+        (k, name, q)
+        for k in range(args.rounds)
+        for name, _, _ in models
+        for q in args.quantizations.split(",")
+    ]
+    for round_, name, q in runs:
         cmd = [sys.executable, __file__, *sys.argv[1:], "--child", "--only", name]
-        print(f"== {name} (round {round_ + 1})", flush=True)
+        cmd += ["--quantization", q]
+        label = name if q == "none" else f"{name}+{q}"
+        print(f"== {label} (round {round_ + 1})", flush=True)
         t0 = time.perf_counter()
         rc = subprocess.run(cmd).returncode
-        print(f"== {name}: rc={rc} in {time.perf_counter() - t0:.0f} s", flush=True)
+        print(f"== {label}: rc={rc} in {time.perf_counter() - t0:.0f} s", flush=True)
         if rc != 0:
-            failed.append(name)
+            failed.append(label)
     with open(args.json) as f:
         for line in f:
             print(line.rstrip())
