@@ -230,6 +230,48 @@ def test_prefix_caching_resumes_at_chunk_end(vllm_runner, checkpoints):
     assert_matches_reference(later, want, "resumed at the chunk end")
 
 
+def test_prefix_caching_checkpoint_inside_the_chunk(vllm_runner, checkpoints):
+    """The scan writes the state at a prompt's last block boundary from inside
+    its one chunk, so align mode does not split the prompt there: one engine
+    step per output token, as with caching off. Sent again, the prompt resumes
+    from that state; the reference outputs both times."""
+    ref = REFERENCES[PREFIX_CASE]
+    first_idx = len(ref["prompts"]) - 2
+    prompt = ref["prompts"][first_idx]
+    assert (len(prompt) - 1) // 16 * 16 == PREFIX_LEN
+    with vllm_runner(
+        checkpoints[PREFIX_CASE],
+        **engine_kwargs(
+            enable_prefix_caching=True, block_size=16, disable_log_stats=False
+        ),
+    ) as vllm_model:
+        engine = vllm_model.llm.llm_engine
+        assert engine.vllm_config.cache_config.mamba_cache_mode == "align"
+        step = engine.step
+        steps = [0]
+
+        def counted_step():
+            steps[0] += 1
+            return step()
+
+        engine.step = counted_step
+
+        def hits() -> float:
+            metrics = vllm_model.llm.get_metrics()
+            return sum(m.value for m in metrics if m.name == "vllm:prefix_cache_hits")
+
+        first = generate(vllm_model, [prompt], prompt_logprobs=False)
+        steps_first, hits_first = steps[0], hits()
+        again = generate(vllm_model, [prompt], prompt_logprobs=False)
+        hits_again = hits() - hits_first
+    assert steps_first == MAX_TOKENS, steps_first
+    assert hits_first == 0
+    assert hits_again == PREFIX_LEN, hits_again
+    want = {"outputs": [ref["outputs"][first_idx]]}
+    assert_matches_reference(first, want, "first request")
+    assert_matches_reference(again, want, "resumed at the checkpoint")
+
+
 def test_engine_in_separate_process(vllm_runner, checkpoints, monkeypatch):
     """The engine core in its own process, as vLLM runs it by default."""
     case = "head-untied-rhonull-h2"
