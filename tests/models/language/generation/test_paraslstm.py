@@ -242,7 +242,10 @@ def test_prefix_caching_checkpoint_inside_the_chunk(vllm_runner, checkpoints):
     with vllm_runner(
         checkpoints[PREFIX_CASE],
         **engine_kwargs(
-            enable_prefix_caching=True, block_size=16, disable_log_stats=False
+            enable_prefix_caching=True,
+            enable_chunked_prefill=True,
+            block_size=16,
+            disable_log_stats=False,
         ),
     ) as vllm_model:
         engine = vllm_model.llm.llm_engine
