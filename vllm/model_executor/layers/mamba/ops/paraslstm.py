@@ -374,16 +374,17 @@ def _scan_step(
     return _commit_step(new, carry, t, ctx, HAS_CKPT)
 
 
-@triton.jit(
+# The scan kernels' runtime arguments that vary between launches of one
+# variant: no specialization on their values or alignment.
+_SCAN_JIT_OPTIONS = dict(
     do_not_specialize=["num_seqs", "stride_s_blk", "stride_s_slot"],
     do_not_specialize_on_alignment=[
-        "qsl_ptr",
-        "idx_ptr",
-        "init_ptr",
-        "ckpt_off_ptr",
-        "ckpt_idx_ptr",
+        "qsl_ptr", "idx_ptr", "init_ptr", "ckpt_off_ptr", "ckpt_idx_ptr"
     ],
-)
+)  # fmt: skip
+
+
+@triton.jit(**_SCAN_JIT_OPTIONS)
 def _paraslstm_scan_kernel(
     gates_ptr,
     rec_ptr,
@@ -518,16 +519,7 @@ def _paraslstm_scan_kernel(
     _store_state(s, stride_s_slot, valid[:, None] & ch_mask[None, :], c, n, m, h)
 
 
-@triton.jit(
-    do_not_specialize=["num_seqs", "stride_s_blk", "stride_s_slot"],
-    do_not_specialize_on_alignment=[
-        "qsl_ptr",
-        "idx_ptr",
-        "init_ptr",
-        "ckpt_off_ptr",
-        "ckpt_idx_ptr",
-    ],
-)
+@triton.jit(**_SCAN_JIT_OPTIONS)
 def _paraslstm_scan_wide_kernel(
     gates_ptr,
     rec_ptr,
