@@ -161,6 +161,10 @@ def _profile_decode(llm, batch: int, path: str) -> None:
         f.write(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=30))
 
 
+def _run_name(name: str, quantization: str) -> str:
+    return name if quantization == "none" else f"{name}+{quantization}"
+
+
 def run_one(name: str, config: dict, tp: int, args) -> dict:
     # `collective_rpc` sends `_count_params` to the engine process by pickle
     # in the default multiprocess engine.
@@ -191,8 +195,7 @@ def run_one(name: str, config: dict, tp: int, args) -> dict:
         startup = time.perf_counter() - t0
         params = llm.collective_rpc(_count_params)
         res = {
-            "name": name
-            + ("" if args.quantization == "none" else f"+{args.quantization}"),
+            "name": _run_name(name, args.quantization),
             "tp": tp,
             "params_per_rank": params[0],
             "startup_s": startup,
@@ -265,7 +268,7 @@ def main() -> int:
     for round_, name, q in runs:
         cmd = [sys.executable, __file__, *sys.argv[1:], "--child", "--only", name]
         cmd += ["--quantization", q]
-        label = name if q == "none" else f"{name}+{q}"
+        label = _run_name(name, q)
         print(f"== {label} (round {round_ + 1})", flush=True)
         t0 = time.perf_counter()
         rc = subprocess.run(cmd).returncode

@@ -198,7 +198,7 @@ def render(runs: list[dict]) -> str:
     ]
 
     def cell(row: dict) -> str:
-        return f"{row['cached']:.0f} / {row['ttft_ms']:.1f} / {row.get('steps', '?')}"
+        return f"{row['cached']:.0f} / {row['ttft_ms']:.1f} / {row['steps']}"
 
     for length in on["repeat"]:
         cells = [cell(r["repeat"][length]) for r in runs]
@@ -216,7 +216,7 @@ def render(runs: list[dict]) -> str:
             f"| chat turn {turn + 1}, {row['len']} | " + " | ".join(cells) + " |"
         )
     cells = [
-        f"{r['cost_prompt_tok_s']:.0f} tok/s / {r.get('cost_steps', '?')} steps "
+        f"{r['cost_prompt_tok_s']:.0f} tok/s / {r['cost_steps']} steps "
         f"({r['cost_prompt_tok_s'] / runs[0]['cost_prompt_tok_s']:.3f}x)"
         for r in runs
     ]
