@@ -234,7 +234,9 @@ def test_prefix_caching_checkpoint_inside_the_chunk(vllm_runner, checkpoints):
     assert (len(prompt) - 1) // 16 * 16 == PREFIX_LEN
     with vllm_runner(
         checkpoints[PREFIX_CASE],
-        **engine_kwargs(**PREFIX_CACHING),
+        # One engine step per scheduler step: with async scheduling on a GPU,
+        # the first step only queues its batch.
+        **engine_kwargs(**PREFIX_CACHING, async_scheduling=False),
     ) as vllm_model:
         engine = vllm_model.llm.llm_engine
         assert engine.vllm_config.cache_config.mamba_cache_mode == "align"
