@@ -272,9 +272,13 @@ def main() -> int:
         cfg = ARCHS[args.arch](args.hidden_size, args.num_layers)
         with open(os.path.join(ckpt, "config.json"), "w") as f:
             json.dump({**cfg, "vocab_size": args.vocab}, f)
-        runs = [run_config(args, ckpt, "off", None)]
-        for block_size in args.block_sizes:
-            runs.append(run_config(args, ckpt, "on", block_size))
+        runs = []
+        for caching, block_size in [("off", None)] + [
+            ("on", b) for b in args.block_sizes
+        ]:
+            runs.append(run_config(args, ckpt, caching, block_size))
+            # Each run as it ends, so that a cut-off sweep keeps what it has.
+            print(json.dumps(runs[-1]), flush=True)
     print(render(runs))
     if args.json:
         with open(args.json, "w") as f:

@@ -213,6 +213,97 @@ def test_scan_kernel_variants(unroll, mix, d, num_heads):
 
 
 @pytest.mark.parametrize("impl", list(IMPLS))
+@pytest.mark.parametrize(
+    # diag, heads on chip, heads streamed (head_dim 100)
+    "mix,d,num_heads",
+    [("diag", 33, 1), ("head", 24, 3), ("head", 200, 2)],
+)
+def test_scan_checkpoints(impl, mix, d, num_heads):
+    """Prefix caching's checkpoint inside a chunk: a row with offset k also
+    writes its state after k tokens to its checkpoint page; outputs, final
+    states and every other page are as without checkpoints. Offsets: none,
+    inside, at the first and at the last token, on a padding row, onto a
+    null page."""
+    device, scan, _ = IMPLS[impl]
+    torch.manual_seed(7)
+    lens = [17, 3, 40, 9, 5, 12, 8]
+    offsets = [16, 0, 21, 9, 1, 4, 6]
+    ckpt_idx = [12, 13, 14, 15, NULL, 16, 17]
+    idx = [3, 7, 1, 11, 5, NULL, 2]
+    has_init = torch.tensor([True, False, True, False, True, True, True])
+    num_blocks = 18
+    qsl = torch.tensor([0] + lens).cumsum(0).int()
+    pages = _pages(num_blocks, d)
+    rec = _recurrent(mix, d, num_heads, 0.5)
+    gates = torch.randn(int(qsl[-1]), 4 * d) * 6
+    idx_t = torch.tensor(idx, dtype=torch.int32)
+    want_h, want_pages = reference_scan(gates, rec, pages, qsl, idx_t, has_init, NULL)
+    # The reference at each checkpoint: the first k tokens of each row.
+    first_k = [gates[int(qsl[b]) : int(qsl[b]) + k] for b, k in enumerate(offsets)]
+    qsl_k = torch.tensor([0] + offsets).cumsum(0).int()
+    _, want_k = reference_scan(
+        torch.cat(first_k), rec, pages, qsl_k, idx_t, has_init, NULL
+    )
+
+    state = pages.to(device)
+    out = torch.empty(int(qsl[-1]), d, device=device)
+    scan(
+        gates.to(device),
+        rec.to(device),
+        state,
+        qsl.to(device),
+        idx_t.to(device),
+        has_init.to(device),
+        out,
+        checkpoint_offsets=torch.tensor(offsets, dtype=torch.int32, device=device),
+        checkpoint_state_indices=torch.tensor(
+            ckpt_idx, dtype=torch.int32, device=device
+        ),
+    )
+    real_tok = torch.ones(int(qsl[-1]), dtype=torch.bool)
+    real_tok[int(qsl[5]) : int(qsl[6])] = False
+    torch.testing.assert_close(
+        out.cpu()[real_tok].double(), want_h[real_tok], atol=2e-4, rtol=2e-4
+    )
+    written = {}
+    for b in range(len(lens)):
+        if idx[b] != NULL:
+            written[idx[b]] = want_pages[idx[b]]
+            if offsets[b] > 0 and ckpt_idx[b] != NULL:
+                written[ckpt_idx[b]] = want_k[idx[b]]
+    assert sorted(written) == [1, 2, 3, 5, 7, 11, 12, 14, 15, 17]
+    for page in range(num_blocks):
+        if page in written:
+            torch.testing.assert_close(
+                state.cpu()[page].double(), written[page], atol=2e-4, rtol=2e-4
+            )
+        else:
+            assert torch.equal(
+                state.cpu()[page].nan_to_num(9.0), pages[page].nan_to_num(9.0)
+            )
+
+
+@pytest.mark.parametrize("impl", list(IMPLS))
+def test_scan_checkpoint_args_checked(impl):
+    device, scan, _ = IMPLS[impl]
+    d = 8
+    args = (
+        torch.zeros(3, 4 * d, device=device),
+        torch.zeros(4, d, device=device),
+        torch.zeros(4, 4, d, device=device),
+        torch.tensor([0, 1, 3], dtype=torch.int32, device=device),
+        torch.tensor([1, 2], dtype=torch.int32, device=device),
+        None,
+        torch.zeros(3, d, device=device),
+    )
+    two = torch.ones(2, dtype=torch.int32, device=device)
+    with pytest.raises(ValueError, match="go together"):
+        scan(*args, checkpoint_offsets=two)
+    with pytest.raises(ValueError, match="checkpoint_state_indices"):
+        scan(*args, checkpoint_offsets=two, checkpoint_state_indices=two[:1])
+
+
+@pytest.mark.parametrize("impl", list(IMPLS))
 @pytest.mark.parametrize("mix", ["diag", "head"])
 def test_long_scan_matches_prefill_then_decode(impl, mix):
     """A long prompt split as prefill + prefill-with-state + decodes."""
@@ -472,6 +563,8 @@ def _launch_key(kernel, meta: dict, tensors: list) -> tuple:
     """What selects a compiled variant, apart from Triton's own argument
     specialization: the kernel, its compile-time parameters, the dtypes."""
     name = getattr(kernel, "__name__", None) or kernel.fn.__name__
+    tensors = tensors + [v for v in meta.values() if isinstance(v, torch.Tensor)]
+    meta = {k: v for k, v in meta.items() if not isinstance(v, torch.Tensor)}
     consts = tuple(sorted((k, str(v)) for k, v in meta.items()))
     return name, consts, tuple(str(t.dtype) for t in tensors)
 
@@ -483,7 +576,8 @@ def test_scan_warmup_covers_prefill_variants(monkeypatch, mix, num_heads, gate_d
     """After the warm-up, prefill batches of one and of many sequences (natively
     enough to reach each launch tier of the diag scan), with and without
     initial states, from slices of larger buffers (as the mixer passes them),
-    need no new kernel variant. Every launch's variant key is recorded;
+    need no new kernel variant, with prefix caching's checkpoints too. Every
+    launch's variant key is recorded;
     natively, Triton's compile hook must also see no compilation after the
     warm-up (and see the warm-up compile once the in-memory caches are
     cleared)."""
@@ -522,7 +616,9 @@ def test_scan_warmup_covers_prefill_variants(monkeypatch, mix, num_heads, gate_d
 
     knobs.runtime.jit_post_compile_hook = on_compile
     try:
-        triton_ops.paraslstm_scan_warmup(rec, gate_dtype, torch.float32)
+        triton_ops.paraslstm_scan_warmup(
+            rec, gate_dtype, torch.float32, checkpoints=True
+        )
         warmup_keys, warmup_compiled = set(keys), list(compiled)
         keys.clear()
         compiled.clear()
@@ -538,9 +634,15 @@ def test_scan_warmup_covers_prefill_variants(monkeypatch, mix, num_heads, gate_d
             qsl_d[1:] = qsl.int().to(device)
             pages = _pages(len(lens) + 1, d).to(device)
             idx = meta[1 : len(lens) + 1]
+            ckpt = meta[len(lens) : 2 * len(lens)] % 2
             for init in (None, torch.ones(len(lens) + 1, dtype=torch.bool)):
                 init_d = None if init is None else init.to(device)[1:]
-                scan(big[3:], rec, pages, qsl_d[1:], idx, init_d, out[3:])
+                for offsets in (None, ckpt):
+                    scan(
+                        big[3:], rec, pages, qsl_d[1:], idx, init_d, out[3:],
+                        checkpoint_offsets=offsets,
+                        checkpoint_state_indices=None if offsets is None else idx,
+                    )  # fmt: skip
     finally:
         knobs.runtime.jit_post_compile_hook = previous
     assert keys and warmup_keys

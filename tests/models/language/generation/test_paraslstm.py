@@ -61,8 +61,22 @@ def in_process_engine():
         yield
 
 
+# Prefix caching in align mode with 16-token blocks; stats on for the hit count.
+PREFIX_CACHING = dict(
+    enable_prefix_caching=True,
+    enable_chunked_prefill=True,
+    block_size=16,
+    disable_log_stats=False,
+)
+
+
 def engine_kwargs(**kwargs) -> dict:
     return {**ENGINE_KWARGS, **kwargs}
+
+
+def _prefix_cache_hits(vllm_model) -> float:
+    metrics = vllm_model.llm.get_metrics()
+    return sum(m.value for m in metrics if m.name == "vllm:prefix_cache_hits")
 
 
 def generate(vllm_model, prompts: list[list[int]], prompt_logprobs: bool = True):
@@ -162,27 +176,16 @@ def test_prefix_caching(vllm_runner, checkpoints):
     assert (len(prompts[first_idx]) - 1) // 16 * 16 == PREFIX_LEN
     with vllm_runner(
         checkpoints[PREFIX_CASE],
-        **engine_kwargs(
-            enable_prefix_caching=True,
-            enable_chunked_prefill=True,
-            block_size=16,
-            max_num_batched_tokens=48,
-            disable_log_stats=False,
-        ),
+        **engine_kwargs(**PREFIX_CACHING, max_num_batched_tokens=48),
     ) as vllm_model:
-
-        def hits() -> float:
-            metrics = vllm_model.llm.get_metrics()
-            return sum(m.value for m in metrics if m.name == "vllm:prefix_cache_hits")
-
         first = generate(vllm_model, [prompts[first_idx]], prompt_logprobs=False)
-        hits_first = hits()
+        hits_first = _prefix_cache_hits(vllm_model)
         second = generate(
             vllm_model,
             [prompts[prefix_idx], prompts[first_idx]],
             prompt_logprobs=False,
         )
-        hits_second = hits() - hits_first
+        hits_second = _prefix_cache_hits(vllm_model) - hits_first
     assert hits_first == 0
     assert hits_second >= 2 * PREFIX_LEN, hits_second
     want = {"outputs": [ref["outputs"][first_idx]]}
@@ -203,31 +206,59 @@ def test_prefix_caching_resumes_at_chunk_end(vllm_runner, checkpoints):
     assert chunk < PREFIX_LEN < (len(prompts[prefix_idx]) - 1) // 16 * 16
     with vllm_runner(
         checkpoints[PREFIX_CASE],
-        **engine_kwargs(
-            enable_prefix_caching=True,
-            enable_chunked_prefill=True,
-            block_size=16,
-            max_num_batched_tokens=chunk,
-            disable_log_stats=False,
-        ),
+        **engine_kwargs(**PREFIX_CACHING, max_num_batched_tokens=chunk),
     ) as vllm_model:
         cache_config = vllm_model.llm.llm_engine.vllm_config.cache_config
         assert cache_config.prefix_cache_retention_interval is None
 
-        def hits() -> float:
-            metrics = vllm_model.llm.get_metrics()
-            return sum(m.value for m in metrics if m.name == "vllm:prefix_cache_hits")
-
         earlier = generate(vllm_model, [prompts[prefix_idx]], prompt_logprobs=False)
-        hits_earlier = hits()
+        hits_earlier = _prefix_cache_hits(vllm_model)
         later = generate(vllm_model, [prompts[first_idx]], prompt_logprobs=False)
-        hits_later = hits() - hits_earlier
+        hits_later = _prefix_cache_hits(vllm_model) - hits_earlier
     assert hits_earlier == 0
     assert hits_later == chunk, hits_later
     want = {"outputs": [ref["outputs"][prefix_idx]]}
     assert_matches_reference(earlier, want, "earlier prompt")
     want = {"outputs": [ref["outputs"][first_idx]]}
     assert_matches_reference(later, want, "resumed at the chunk end")
+
+
+def test_prefix_caching_checkpoint_inside_the_chunk(vllm_runner, checkpoints):
+    """The scan writes the state at a prompt's last block boundary from inside
+    its one chunk, so align mode does not split the prompt there: one engine
+    step per output token, as with caching off. Sent again, the prompt resumes
+    from that state; the reference outputs both times."""
+    ref = REFERENCES[PREFIX_CASE]
+    first_idx = len(ref["prompts"]) - 2
+    prompt = ref["prompts"][first_idx]
+    assert (len(prompt) - 1) // 16 * 16 == PREFIX_LEN
+    with vllm_runner(
+        checkpoints[PREFIX_CASE],
+        # One engine step per scheduler step: with async scheduling on a GPU,
+        # the first step only queues its batch.
+        **engine_kwargs(**PREFIX_CACHING, async_scheduling=False),
+    ) as vllm_model:
+        engine = vllm_model.llm.llm_engine
+        assert engine.vllm_config.cache_config.mamba_cache_mode == "align"
+        step = engine.step
+        steps = [0]
+
+        def counted_step():
+            steps[0] += 1
+            return step()
+
+        engine.step = counted_step
+
+        first = generate(vllm_model, [prompt], prompt_logprobs=False)
+        steps_first, hits_first = steps[0], _prefix_cache_hits(vllm_model)
+        again = generate(vllm_model, [prompt], prompt_logprobs=False)
+        hits_again = _prefix_cache_hits(vllm_model) - hits_first
+    assert steps_first == MAX_TOKENS, steps_first
+    assert hits_first == 0
+    assert hits_again == PREFIX_LEN, hits_again
+    want = {"outputs": [ref["outputs"][first_idx]]}
+    assert_matches_reference(first, want, "first request")
+    assert_matches_reference(again, want, "resumed at the checkpoint")
 
 
 def test_engine_in_separate_process(vllm_runner, checkpoints, monkeypatch):

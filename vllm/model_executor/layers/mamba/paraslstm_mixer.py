@@ -1,11 +1,13 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
 
+from dataclasses import replace
+
 import torch
 from torch.nn.parameter import Parameter
 
 from vllm.compilation.breakable_cudagraph import eager_break_during_capture
-from vllm.config import CacheConfig, ModelConfig, get_current_vllm_config
+from vllm.config import CacheConfig, ModelConfig, VllmConfig, get_current_vllm_config
 from vllm.distributed import (
     divide,
     get_tensor_model_parallel_rank,
@@ -36,6 +38,7 @@ from vllm.utils.torch_utils import (
 )
 from vllm.v1.attention.backends.paraslstm_attn import ParaSLSTMAttentionMetadata
 from vllm.v1.attention.backends.registry import MambaAttentionBackendEnum
+from vllm.v1.kv_cache_interface import KVCacheSpec, MambaSpec
 
 
 # --8<-- [start:paraslstm_mixer]
@@ -168,6 +171,7 @@ class ParaSLSTMMixer(MambaBase, PluggableLayer):
             assert attn_metadata.query_start_loc_p is not None
             assert attn_metadata.state_indices_tensor_p is not None
             end = num_decodes + num_prefills
+            checkpoint = attn_metadata.checkpoint_meta
             paraslstm_scan(
                 gates[num_decodes:end],
                 recurrent,
@@ -176,6 +180,12 @@ class ParaSLSTMMixer(MambaBase, PluggableLayer):
                 attn_metadata.state_indices_tensor_p,
                 attn_metadata.has_initial_states_p,
                 output[num_decodes:end],
+                checkpoint_offsets=(
+                    None if checkpoint is None else checkpoint.checkpoint_offsets
+                ),
+                checkpoint_state_indices=(
+                    None if checkpoint is None else checkpoint.state_indices
+                ),
             )
 
     def _warmup_prefill_kernels(self, gate_dtype: torch.dtype) -> None:
@@ -185,7 +195,11 @@ class ParaSLSTMMixer(MambaBase, PluggableLayer):
             return
         self._prefill_kernels_warmed_up = True
         paraslstm_scan_warmup(
-            self.recurrent_weight, gate_dtype, self.get_state_dtype()[0]
+            self.recurrent_weight,
+            gate_dtype,
+            self.get_state_dtype()[0],
+            checkpoints=self.cache_config is not None
+            and self.cache_config.mamba_cache_mode == "align",
         )
 
     @staticmethod
@@ -200,6 +214,16 @@ class ParaSLSTMMixer(MambaBase, PluggableLayer):
 
     def get_state_dtype(self) -> tuple[torch.dtype]:
         return (self._state_dtype(self.model_config, self.cache_config),)
+
+    def get_kv_cache_spec(self, vllm_config: VllmConfig) -> KVCacheSpec | None:
+        spec = super().get_kv_cache_spec(vllm_config)
+        if not isinstance(spec, MambaSpec):
+            return spec
+        # The scan writes the block-boundary state from inside the chunk
+        # (checkpoint_meta), so align mode need not split a prompt there.
+        return replace(
+            spec, num_prefill_checkpoint_blocks=1, prefill_checkpoint_alignment=1
+        )
 
     def get_state_shape(self) -> tuple[tuple[int, int]]:
         return MambaStateShapeCalculator.paraslstm_state_shape(

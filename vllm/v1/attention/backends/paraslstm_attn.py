@@ -1,14 +1,22 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+import torch
+
+from vllm.config import VllmConfig
+from vllm.model_executor.layers.mamba.checkpoint import (
+    MambaPrefillCheckpointBuilder,
+    MambaPrefillCheckpointMetadata,
+)
 from vllm.v1.attention.backend import AttentionBackend, CommonAttentionMetadata
 from vllm.v1.attention.backends.mamba_attn import (
     BaseMambaAttentionMetadata,
     BaseMambaAttentionMetadataBuilder,
 )
+from vllm.v1.kv_cache_interface import MambaSpec
 
 
 class ParaSLSTMAttentionBackend(AttentionBackend):
@@ -27,13 +35,16 @@ class ParaSLSTMAttentionBackend(AttentionBackend):
 
 @dataclass
 class ParaSLSTMAttentionMetadata(BaseMambaAttentionMetadata):
-    pass
+    # Prefix caching: where each prefill row's state is also checkpointed
+    # inside its chunk (the scan writes it), instead of a split chunk.
+    checkpoint_meta: MambaPrefillCheckpointMetadata | None = None
 
 
 class ParaSLSTMAttentionMetadataBuilder(
     BaseMambaAttentionMetadataBuilder[ParaSLSTMAttentionMetadata]
 ):
-    """Decode-first split and state indices of the Mamba base builder.
+    """Decode-first split and state indices of the Mamba base builder, and
+    the prefill checkpoints of prefix caching.
 
     ParaSLSTM has no convolution state, so the causal-conv1d metadata is
     not computed.
@@ -42,6 +53,18 @@ class ParaSLSTMAttentionMetadataBuilder(
     metadata_cls = ParaSLSTMAttentionMetadata
     needs_causal_conv1d_metadata = False
 
+    def __init__(
+        self,
+        kv_cache_spec: MambaSpec,
+        layer_names: list[str],
+        vllm_config: VllmConfig,
+        device: torch.device,
+    ):
+        super().__init__(kv_cache_spec, layer_names, vllm_config, device)
+        self.checkpoint_builder = MambaPrefillCheckpointBuilder(
+            vllm_config, kv_cache_spec
+        )
+
     def build(
         self,
         common_prefix_len: int,
@@ -49,4 +72,26 @@ class ParaSLSTMAttentionMetadataBuilder(
         fast_build: bool = False,
         **kwargs: Any,
     ) -> ParaSLSTMAttentionMetadata:
-        return self._compute_common_metadata(common_attn_metadata)
+        common = self._compute_common_metadata(common_attn_metadata)
+        if common.num_prefills == 0:
+            return common
+        first = common.num_reqs - common.num_prefills
+        checkpoint = self.checkpoint_builder.build(
+            common_attn_metadata, list(range(first, common.num_reqs))
+        )
+        return replace(common, checkpoint_meta=checkpoint)
+
+    def update_block_table(
+        self,
+        metadata: ParaSLSTMAttentionMetadata,
+        blk_table: torch.Tensor,
+        slot_mapping: torch.Tensor,
+    ) -> ParaSLSTMAttentionMetadata:
+        new_metadata = super().update_block_table(metadata, blk_table, slot_mapping)
+        if metadata.checkpoint_meta is None:
+            return new_metadata
+        # Checkpoint pages are block-table entries: each group its own.
+        return replace(
+            new_metadata,
+            checkpoint_meta=metadata.checkpoint_meta.regather_state_indices(blk_table),
+        )

@@ -279,14 +279,19 @@ def _scan_setup(
     stride_o_tok,
     stride_o_ch,
     null_block_id,
+    ckpt_off_ptr,
+    ckpt_idx_ptr,
     HAS_INIT: tl.constexpr,
+    HAS_CKPT: tl.constexpr,
     BLOCK_B: tl.constexpr,
     BLOCK_D: tl.constexpr,
 ):
     """A scan program's sequences and channels: their state pages (``s``)
     and initial states, a pointer to their first token's gates, the 64-bit
     gate token stride (``t * stride`` may pass 2**31), and the step context
-    that ``_commit_step`` takes (output pointer and stride, lengths, masks)."""
+    that ``_commit_step`` takes (output pointer and stride, lengths, masks,
+    and each row's checkpoint: the step count after which its state also
+    goes to a checkpoint page, 0 for none)."""
     seqs = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
     seq_mask = seqs < num_seqs
     starts = tl.load(qsl_ptr + seqs, mask=seq_mask, other=0)
@@ -305,20 +310,32 @@ def _scan_setup(
     first = starts.to(tl.int64)[:, None]
     g = gates_ptr + first * stride_g_tok + ch[None, :] * stride_g_ch
     o = out_ptr + first * stride_o_tok + ch[None, :] * stride_o_ch
-    ctx = (o, stride_o_tok, lens, valid, ch_mask)
+    ckpt = tl.zeros_like(lens)
+    sc = s
+    if HAS_CKPT:
+        ckpt_pages = tl.load(ckpt_idx_ptr + seqs, mask=seq_mask, other=null_block_id)
+        ckpt_pages = ckpt_pages.to(tl.int64)
+        ckpt = tl.load(ckpt_off_ptr + seqs, mask=seq_mask, other=0)
+        ckpt = tl.where(valid & (ckpt_pages != null_block_id), ckpt, 0)
+        sc = state_ptr + ckpt_pages[:, None] * stride_s_blk + ch[None, :] * stride_s_ch
+    ctx = (o, stride_o_tok, lens, valid, ch_mask, ckpt, sc, stride_s_slot)
     return e, ch, pages, s, carry, g, stride_g_tok, ctx
 
 
 @triton.jit
-def _commit_step(new, carry, t, ctx):
+def _commit_step(new, carry, t, ctx, HAS_CKPT: tl.constexpr):
     """Step ``t``'s new state for the rows that are that long (the others
-    keep theirs); writes its ``h`` (zero for padding rows)."""
-    o, stride_o_tok, lens, valid, ch_mask = ctx
+    keep theirs); writes its ``h`` (zero for padding rows), and the state of
+    the rows whose checkpoint is this step to their checkpoint pages."""
+    o, stride_o_tok, lens, valid, ch_mask, ckpt, sc, stride_s_slot = ctx
     c_new, n_new, m_new, h_new = new
     c, n, m, h = carry
     active = (t < lens)[:, None]
     out = tl.where(valid[:, None], h_new, 0.0).to(o.dtype.element_ty)
     tl.store(o + t * stride_o_tok, out, mask=active & ch_mask[None, :])
+    if HAS_CKPT:
+        at = (ckpt == t + 1)[:, None] & active & ch_mask[None, :]
+        _store_state(sc, stride_s_slot, at, c_new, n_new, m_new, h_new)
     return (
         tl.where(active, c_new, c),
         tl.where(active, n_new, n),
@@ -342,6 +359,7 @@ def _scan_step(
     carry,
     ctx,
     HEAD: tl.constexpr,
+    HAS_CKPT: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
 ):
     """Step ``t`` of every row that is that long; writes its ``h``."""
@@ -353,13 +371,20 @@ def _scan_step(
     a_z = _add_recurrent(a_z, r_z, h, HEAD, DOT_PRECISION)
     a_o = _add_recurrent(a_o, r_o, h, HEAD, DOT_PRECISION)
     new = _slstm_cell(a_i, a_f, a_z, a_o, c, n, m)
-    return _commit_step(new, carry, t, ctx)
+    return _commit_step(new, carry, t, ctx, HAS_CKPT)
 
 
-@triton.jit(
+# The scan kernels' runtime arguments that vary between launches of one
+# variant: no specialization on their values or alignment.
+_SCAN_JIT_OPTIONS = dict(
     do_not_specialize=["num_seqs", "stride_s_blk", "stride_s_slot"],
-    do_not_specialize_on_alignment=["qsl_ptr", "idx_ptr", "init_ptr"],
-)
+    do_not_specialize_on_alignment=[
+        "qsl_ptr", "idx_ptr", "init_ptr", "ckpt_off_ptr", "ckpt_idx_ptr"
+    ],
+)  # fmt: skip
+
+
+@triton.jit(**_SCAN_JIT_OPTIONS)
 def _paraslstm_scan_kernel(
     gates_ptr,
     rec_ptr,
@@ -383,7 +408,10 @@ def _paraslstm_scan_kernel(
     stride_o_tok,
     stride_o_ch,
     null_block_id,
+    ckpt_off_ptr,
+    ckpt_idx_ptr,
     HAS_INIT: tl.constexpr,
+    HAS_CKPT: tl.constexpr,
     HEAD: tl.constexpr,
     BLOCK_B: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -412,7 +440,10 @@ def _paraslstm_scan_kernel(
         stride_o_tok,
         stride_o_ch,
         null_block_id,
+        ckpt_off_ptr,
+        ckpt_idx_ptr,
         HAS_INIT,
+        HAS_CKPT,
         BLOCK_B,
         BLOCK_D,
     )
@@ -450,21 +481,35 @@ def _paraslstm_scan_kernel(
             q5 = _scan_load(g, u + 5, stride_g_tok, sg, lens, ch_mask)
             q6 = _scan_load(g, u + 6, stride_g_tok, sg, lens, ch_mask)
             q7 = _scan_load(g, u + 7, stride_g_tok, sg, lens, ch_mask)
-        carry = _scan_step(p0, t, rec, carry, ctx, HEAD, DOT_PRECISION)
+        carry = _scan_step(p0, t, rec, carry, ctx, HEAD, HAS_CKPT, DOT_PRECISION)
         p0 = q0
         if UNROLL > 1:
-            carry = _scan_step(p1, t + 1, rec, carry, ctx, HEAD, DOT_PRECISION)
+            carry = _scan_step(
+                p1, t + 1, rec, carry, ctx, HEAD, HAS_CKPT, DOT_PRECISION
+            )
             p1 = q1
         if UNROLL > 2:
-            carry = _scan_step(p2, t + 2, rec, carry, ctx, HEAD, DOT_PRECISION)
-            carry = _scan_step(p3, t + 3, rec, carry, ctx, HEAD, DOT_PRECISION)
+            carry = _scan_step(
+                p2, t + 2, rec, carry, ctx, HEAD, HAS_CKPT, DOT_PRECISION
+            )
+            carry = _scan_step(
+                p3, t + 3, rec, carry, ctx, HEAD, HAS_CKPT, DOT_PRECISION
+            )
             p2 = q2
             p3 = q3
         if UNROLL > 4:
-            carry = _scan_step(p4, t + 4, rec, carry, ctx, HEAD, DOT_PRECISION)
-            carry = _scan_step(p5, t + 5, rec, carry, ctx, HEAD, DOT_PRECISION)
-            carry = _scan_step(p6, t + 6, rec, carry, ctx, HEAD, DOT_PRECISION)
-            carry = _scan_step(p7, t + 7, rec, carry, ctx, HEAD, DOT_PRECISION)
+            carry = _scan_step(
+                p4, t + 4, rec, carry, ctx, HEAD, HAS_CKPT, DOT_PRECISION
+            )
+            carry = _scan_step(
+                p5, t + 5, rec, carry, ctx, HEAD, HAS_CKPT, DOT_PRECISION
+            )
+            carry = _scan_step(
+                p6, t + 6, rec, carry, ctx, HEAD, HAS_CKPT, DOT_PRECISION
+            )
+            carry = _scan_step(
+                p7, t + 7, rec, carry, ctx, HEAD, HAS_CKPT, DOT_PRECISION
+            )
             p4 = q4
             p5 = q5
             p6 = q6
@@ -474,10 +519,7 @@ def _paraslstm_scan_kernel(
     _store_state(s, stride_s_slot, valid[:, None] & ch_mask[None, :], c, n, m, h)
 
 
-@triton.jit(
-    do_not_specialize=["num_seqs", "stride_s_blk", "stride_s_slot"],
-    do_not_specialize_on_alignment=["qsl_ptr", "idx_ptr", "init_ptr"],
-)
+@triton.jit(**_SCAN_JIT_OPTIONS)
 def _paraslstm_scan_wide_kernel(
     gates_ptr,
     rec_ptr,
@@ -501,7 +543,10 @@ def _paraslstm_scan_wide_kernel(
     stride_o_tok,
     stride_o_ch,
     null_block_id,
+    ckpt_off_ptr,
+    ckpt_idx_ptr,
     HAS_INIT: tl.constexpr,
+    HAS_CKPT: tl.constexpr,
     BLOCK_B: tl.constexpr,
     BLOCK_D: tl.constexpr,
     BLOCK_K: tl.constexpr,
@@ -528,7 +573,10 @@ def _paraslstm_scan_wide_kernel(
         stride_o_tok,
         stride_o_ch,
         null_block_id,
+        ckpt_off_ptr,
+        ckpt_idx_ptr,
         HAS_INIT,
+        HAS_CKPT,
         BLOCK_B,
         BLOCK_D,
     )
@@ -560,7 +608,8 @@ def _paraslstm_scan_wide_kernel(
         )
         tl.debug_barrier()
         c, n, m = carry[0], carry[1], carry[2]
-        carry = _commit_step(_slstm_cell(a_i, a_f, a_z, a_o, c, n, m), carry, t, ctx)
+        new = _slstm_cell(a_i, a_f, a_z, a_o, c, n, m)
+        carry = _commit_step(new, carry, t, ctx, HAS_CKPT)
 
     c, n, m, h = carry
     _store_state(s, stride_s_slot, smask, c, n, m, h)
@@ -723,6 +772,8 @@ def paraslstm_scan(
     out: torch.Tensor,
     null_block_id: int = NULL_BLOCK_ID,
     *,
+    checkpoint_offsets: torch.Tensor | None = None,
+    checkpoint_state_indices: torch.Tensor | None = None,
     block_d: int | None = None,
     unroll: int | None = None,
     num_warps: int | None = None,
@@ -744,6 +795,11 @@ def paraslstm_scan(
         has_initial_state: ``(B,)`` bool; False (or None) starts from zeros.
         out: ``(num_tokens, d)`` receives ``h`` for every token.
         null_block_id: state index that marks padding sequences.
+        checkpoint_offsets: ``(B,)`` int32; a sequence with ``k > 0`` also
+            writes its state after its first ``k`` tokens to the page
+            ``checkpoint_state_indices[b]`` (prefix caching's checkpoint
+            inside the chunk; 0 or a ``null_block_id`` page: none).
+        checkpoint_state_indices: ``(B,)`` int32 checkpoint pages.
         block_d: channels per program (diag; tuning override).
         unroll: steps whose gates are loaded ahead (1, 2, 4 or 8; tuning
             override).
@@ -758,12 +814,21 @@ def paraslstm_scan(
         state_indices,
         has_initial_state,
         out,
+        checkpoint_offsets,
+        checkpoint_state_indices,
     )
     if num_seqs <= 0:
         return
     init = has_initial_state
     if init is not None and init.dtype == torch.bool:
         init = init.view(torch.uint8)
+    has_ckpt = checkpoint_offsets is not None
+    ckpt = dict(
+        ckpt_off_ptr=checkpoint_offsets if has_ckpt else state_indices,
+        ckpt_idx_ptr=checkpoint_state_indices if has_ckpt else state_indices,
+        HAS_INIT=init is not None,
+        HAS_CKPT=has_ckpt,
+    )
     common = (
         gates,
         recurrent,
@@ -785,7 +850,7 @@ def paraslstm_scan(
             *common,
             block_d,
             null_block_id,
-            HAS_INIT=init is not None,
+            **ckpt,
             HEAD=False,
             BLOCK_B=1,
             BLOCK_D=block_d,
@@ -803,7 +868,7 @@ def paraslstm_scan(
             *common,
             head_dim,
             null_block_id,
-            HAS_INIT=init is not None,
+            **ckpt,
             HEAD=True,
             BLOCK_B=16,
             BLOCK_D=block_h,
@@ -817,7 +882,7 @@ def paraslstm_scan(
         *common,
         head_dim,
         null_block_id,
-        HAS_INIT=init is not None,
+        **ckpt,
         BLOCK_B=16,
         BLOCK_D=block_h,
         BLOCK_K=16,
@@ -826,13 +891,17 @@ def paraslstm_scan(
 
 
 def paraslstm_scan_warmup(
-    recurrent: torch.Tensor, gate_dtype: torch.dtype, state_dtype: torch.dtype
+    recurrent: torch.Tensor,
+    gate_dtype: torch.dtype,
+    state_dtype: torch.dtype,
+    checkpoints: bool = False,
 ) -> None:
     """Compile every prefill kernel variant that a batch can select (each
-    launch configuration, with and without initial states) before the first
-    request. A variant depends on the configuration, not on the number of
-    sequences, so one padding sequence (no page read or written) per
-    configuration suffices."""
+    launch configuration, with and without initial states, and with
+    checkpoints when ``checkpoints``) before the first request. A variant
+    depends on the configuration, not on the number of sequences, so one
+    padding sequence (no page read or written) per configuration
+    suffices."""
     d = recurrent.shape[1] * (recurrent.shape[2] if recurrent.dim() == 4 else 1)
     device = recurrent.device
     configs: set[tuple[int, int, int] | None] = {None}
@@ -845,13 +914,17 @@ def paraslstm_scan_warmup(
     qsl = torch.arange(2, dtype=torch.int32, device=device)
     idx = torch.full((1,), NULL_BLOCK_ID, dtype=torch.int32, device=device)
     init = torch.ones(1, dtype=torch.bool, device=device)
+    offsets = torch.ones(1, dtype=torch.int32, device=device)
     for cfg in configs:
         block_d, unroll, num_warps = cfg or (None, None, None)
         for has_init in (None, init):
-            paraslstm_scan(
-                gates, recurrent, state, qsl, idx, has_init, out,
-                block_d=block_d, unroll=unroll, num_warps=num_warps,
-            )  # fmt: skip
+            for ckpt in (None, offsets) if checkpoints else (None,):
+                paraslstm_scan(
+                    gates, recurrent, state, qsl, idx, has_init, out,
+                    checkpoint_offsets=ckpt,
+                    checkpoint_state_indices=None if ckpt is None else idx,
+                    block_d=block_d, unroll=unroll, num_warps=num_warps,
+                )  # fmt: skip
 
 
 if current_platform.is_cpu():

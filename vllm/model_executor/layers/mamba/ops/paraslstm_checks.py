@@ -62,6 +62,8 @@ def check_scan_args(
     state_indices: torch.Tensor,
     has_initial_state: torch.Tensor | None,
     out: torch.Tensor,
+    checkpoint_offsets: torch.Tensor | None = None,
+    checkpoint_state_indices: torch.Tensor | None = None,
 ) -> tuple[int, int]:
     """Validate prefill arguments; returns ``(d, num_seqs)``."""
     d = _check_common(gates, recurrent, state, out)
@@ -75,4 +77,12 @@ def check_scan_args(
             f"has_initial_state must be ({num_seqs},), "
             f"got {tuple(has_initial_state.shape)}"
         )
+    if (checkpoint_offsets is None) != (checkpoint_state_indices is None):
+        raise ValueError("checkpoint_offsets and checkpoint_state_indices go together")
+    for name, t in (
+        ("checkpoint_offsets", checkpoint_offsets),
+        ("checkpoint_state_indices", checkpoint_state_indices),
+    ):
+        if t is not None and t.shape != (num_seqs,):
+            raise ValueError(f"{name} must be ({num_seqs},), got {tuple(t.shape)}")
     return d, num_seqs

@@ -142,6 +142,9 @@ def paraslstm_scan_cpu(
     has_initial_state: torch.Tensor | None,
     out: torch.Tensor,
     null_block_id: int = NULL_BLOCK_ID,
+    *,
+    checkpoint_offsets: torch.Tensor | None = None,
+    checkpoint_state_indices: torch.Tensor | None = None,
 ) -> None:
     """Varlen prefill over packed sequences, final state written in place.
 
@@ -154,6 +157,11 @@ def paraslstm_scan_cpu(
         has_initial_state: ``(B,)`` bool; False (or None) starts from zeros.
         out: ``(num_tokens, d)`` receives ``h`` for every token.
         null_block_id: state index that marks a padding sequence.
+        checkpoint_offsets: ``(B,)``; a sequence with ``k > 0`` also writes
+            its state after its first ``k`` tokens to the page
+            ``checkpoint_state_indices[b]`` (0 or a ``null_block_id`` page:
+            none).
+        checkpoint_state_indices: ``(B,)`` checkpoint pages.
 
     """
     d, num_seqs = check_scan_args(
@@ -164,6 +172,8 @@ def paraslstm_scan_cpu(
         state_indices,
         has_initial_state,
         out,
+        checkpoint_offsets,
+        checkpoint_state_indices,
     )
     if num_seqs == 0:
         return
@@ -203,12 +213,24 @@ def paraslstm_scan_cpu(
         carry[resume] = state.index_select(0, src_pages)
     h_packed = torch.empty(total, 1, d, dtype=sdt, device=state.device)
 
+    # Checkpoints (sorted order): runs end at them too, and the carry of a
+    # row whose checkpoint ends a run is copied to its checkpoint page.
+    ckpts: dict[int, list[tuple[int, int]]] = {}
+    if checkpoint_offsets is not None:
+        assert checkpoint_state_indices is not None
+        offsets = checkpoint_offsets.tolist()
+        ckpt_pages = checkpoint_state_indices.tolist()
+        for r, b in enumerate(order):
+            k_b, page = offsets[b], ckpt_pages[b]
+            if 0 < k_b <= s_lens[r] and page != null_block_id != pages[b]:
+                ckpts.setdefault(k_b, []).append((r, page))
+
     h_prev = carry[:, 3:4]
     step_rows: list[int] = []
     t, row = 0, 0
     while t < max_len:
         k = sum(1 for ln in s_lens if ln > t)
-        t_end = s_lens[k - 1]
+        t_end = min([s_lens[k - 1]] + [c for c in ckpts if c > t])
         run = t_end - t
         block = packed[row : row + run * k].view(run, k, 4, d)
         h_steps = h_packed[row : row + run * k].view(run, k, 1, d).unbind(0)
@@ -224,6 +246,9 @@ def paraslstm_scan_cpu(
             h_prev = h
         step_rows += range(row, row + run * k, k)
         t, row = t_end, row + run * k
+        for r, page in ckpts.get(t, ()):
+            state[page, :3] = carry[r, :3]
+            state[page, 3] = h_prev[r, 0]
 
     # The last h of each sequence goes into its carry; then carry -> pages.
     h_packed = h_packed.view(total, d)
