@@ -22,6 +22,10 @@
 #             default multiprocess engine, no decode1 (the engine ratios)
 #   benchpair S1 S2   suite S1 on GPU 0 and S2 on GPU 1, at the same time
 #   kernelbench  the decode/scan kernel benchmark against the copy ceiling
+#   serve S "ARGS"  benchmarks/paraslstm/benchmark_serving.py --suite S ARGS
+#             (vllm serve + vllm bench serve; the server's extra packages
+#             from .gpuvllm/t), results to serving-S.jsonl / .png
+#   prefix "ARGS"  benchmarks/paraslstm/benchmark_prefix_caching.py ARGS
 #
 # Several stages may be given: `device.sh b tests bench small`.
 set -uo pipefail
@@ -189,6 +193,27 @@ print('vllm', vllm.__version__, 'torch', torch.__version__, \
         CUDA_VISIBLE_DEVICES=0 bench "$s1"
         wait $other || STATUS=1
         cat "$LOGS/bench-$s2.out"
+        ;;
+    serve)
+        need_site
+        python3 -m pip install -q --no-index --no-deps --upgrade --target $SITE \
+            "$CARRY"/t/*.whl || exit 3
+        read -r -a extra <<<"$2"
+        note "serve $1 ${extra[*]}"
+        timeout 590 python3 benchmarks/paraslstm/benchmark_serving.py --suite "$1" \
+            "${extra[@]}" --json "$LOGS/serving-$1.jsonl" --plot "$LOGS/serving-$1.png" \
+            >"$LOGS/serving-$1.log" 2>&1 || STATUS=1
+        grep "^==\|^|\|^- \|TTFT\|Error" "$LOGS/serving-$1.log" | tail -n 40
+        shift 2
+        ;;
+    prefix)
+        need_site
+        read -r -a extra <<<"$1"
+        note "prefix ${extra[*]}"
+        timeout 590 python3 benchmarks/paraslstm/benchmark_prefix_caching.py \
+            "${extra[@]}" --json "$LOGS/prefix.json" >"$LOGS/prefix.log" 2>&1 || STATUS=1
+        grep -v "^{" "$LOGS/prefix.log" | tail -n 40
+        shift
         ;;
     kernelbench)
         need_site
