@@ -142,23 +142,33 @@ def _count_params(worker) -> int:
     return sum(p.numel() for p in worker.get_model().parameters())
 
 
-def _profile_decode(llm, batch: int, path: str) -> None:
-    """Kernel table of 32 decode steps at `batch` (in-process engine only)."""
+def write_profile(path: str, fn) -> None:
+    """Run `fn` under the torch profiler (in-process engine only) and write its
+    op tables to `path`: by GPU time when there is a GPU, and by CPU time."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
+    cuda = torch.cuda.is_available()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities) as prof:
+        fn()
+        if cuda:
+            torch.cuda.synchronize()
+    table = prof.key_averages().table
+    with open(path, "w") as f:
+        if cuda:
+            f.write(table(sort_by="self_cuda_time_total", row_limit=30) + "\n")
+        f.write(table(sort_by="self_cpu_time_total", row_limit=30))
+
+
+def _profile_decode(llm, batch: int, path: str) -> None:
+    """Kernel table of 32 decode steps at `batch`."""
     from vllm import SamplingParams
 
     prompts = _prompts(batch, 16, seed=5)
     params = SamplingParams(temperature=0.0, max_tokens=33, ignore_eos=True)
     llm.generate(prompts, params, use_tqdm=False)
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        llm.generate(prompts, params, use_tqdm=False)
-        torch.cuda.synchronize()
-    with open(path, "w") as f:
-        f.write(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=30))
-        f.write("\n")
-        f.write(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=30))
+    write_profile(path, lambda: llm.generate(prompts, params, use_tqdm=False))
 
 
 def _run_name(name: str, quantization: str) -> str:

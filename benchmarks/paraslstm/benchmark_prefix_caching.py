@@ -12,7 +12,9 @@ off and on, on whatever device vLLM finds (CPU or GPU):
   prefix + suffix of S tokens, one at a time: cached tokens and time to
   first token (TTFT), first with no prompt before it (cold), then the mean
   over the following prompts (warm).
-- `primed`: the same with the prefix alone sent once first.
+- `primed`: the same with the prefix alone sent once first (with
+  `--profile DIR`, the torch profiler's op tables of one hit on it and of
+  the same prompt sent fresh).
 - `chat`: a multi-turn conversation (each turn: the history, a 64-token
   reply, a user turn): cached tokens and TTFT per turn.
 - `cost`: N distinct L-token prompts at once, which nothing can hit:
@@ -34,6 +36,7 @@ Usage:
 """
 
 import argparse
+import functools
 import json
 import os
 import random
@@ -45,7 +48,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchmark_engine_gpu import mamba2, paraslstm  # noqa: E402
+from benchmark_engine_gpu import mamba2, paraslstm, write_profile  # noqa: E402
 
 ARCHS = {"paraslstm": paraslstm, "mamba2": mamba2}
 
@@ -125,6 +128,16 @@ def worker(args: argparse.Namespace) -> dict:
                     steps=steps[0],
                 )
             )
+        if primed and args.profile:
+            # A hit on the primed prefix against the same prompt sent fresh.
+            os.makedirs(args.profile, exist_ok=True)
+            tag = f"{args.profile}/{args.arch}-" + (
+                "off" if args.caching == "off" else f"on-b{cache.block_size}"
+            )
+            suffix = tokens(args.suffix_lens[0])
+            hit, fresh = prefix + suffix, tokens(args.prefix_len) + suffix
+            write_profile(f"{tag}-primed-hit.txt", functools.partial(send, [hit]))
+            write_profile(f"{tag}-fresh.txt", functools.partial(send, [fresh]))
         warm = rows[1:]
         res[name] = dict(
             rows=rows,
@@ -255,6 +268,12 @@ def main() -> int:
         "(default: one run at the engine's block size)",
     )
     ap.add_argument("--json", default=None)
+    ap.add_argument(
+        "--profile",
+        default=None,
+        help="directory: op tables of one primed-prefix hit and of the same "
+        "prompt sent fresh, per configuration",
+    )
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--ckpt", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--result", default=None, help=argparse.SUPPRESS)

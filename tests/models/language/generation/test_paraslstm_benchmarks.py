@@ -80,10 +80,17 @@ def test_prefix_caching_benchmark_smoke(tmp_path):
                 "kv_cache_memory_bytes": 64 * 2**20,
             }
         ),
-        *("--json", str(out)),
+        *("--json", str(out), "--profile", str(tmp_path / "profile")),
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    profiles = sorted(p.name for p in (tmp_path / "profile").iterdir())
+    assert profiles == [
+        f"paraslstm-{c}-{k}.txt"
+        for c in ("off", "on-b16", "on-b64")
+        for k in ("fresh", "primed-hit")
+    ], profiles
+    assert "vllm::paraslstm_mixer" in (tmp_path / "profile" / profiles[3]).read_text()
     off, on, on64 = json.loads(out.read_text())["runs"]
     assert (off["caching"], on["block_size"], on64["block_size"]) == ("off", 16, 64)
     for run in (on, on64):
