@@ -32,10 +32,20 @@ def _write_config(path, mix: str) -> None:
     (path / "config.json").write_text(json.dumps(config))
 
 
-@pytest.mark.parametrize("mix", ["diag", "head"])
-@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize(
+    "mix,dtype,caching",
+    [
+        ("diag", "bfloat16", False),
+        ("head", "bfloat16", False),
+        ("diag", "float32", False),
+        ("head", "float32", False),
+        # Prefix caching adds the in-chunk checkpoint variants.
+        ("diag", "bfloat16", True),
+        ("head", "bfloat16", True),
+    ],
+)
 def test_no_kernel_compiles_while_serving(
-    vllm_runner, tmp_path, monkeypatch, mix, dtype
+    vllm_runner, tmp_path, monkeypatch, mix, dtype, caching
 ):
     # In-process engine core: the compile hook below is set in this process.
     monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
@@ -56,8 +66,11 @@ def test_no_kernel_compiles_while_serving(
         max_num_batched_tokens=6000,
         max_num_seqs=64,
         kv_cache_memory_bytes=64 * 2**20,
+        enable_prefix_caching=caching,
     ) as vllm_model:
         llm = vllm_model.llm
+        mode = llm.llm_engine.vllm_config.cache_config.mamba_cache_mode
+        assert (mode == "align") == caching, mode
         knobs.jit_post_compile_hook = on_compile
         try:
             params = SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True)
@@ -68,6 +81,11 @@ def test_no_kernel_compiles_while_serving(
                 {"prompt_token_ids": [3 * i + 1] * n} for i, n in enumerate(lengths)
             ]
             outs = llm.generate(batch, params, use_tqdm=False)
+            if caching:
+                # Resumes: from a block boundary with a checkpoint further on,
+                # and a whole prompt again.
+                for prompt in ([7] * 300 + [9] * 100, [7] * 5000):
+                    llm.generate([{"prompt_token_ids": prompt}], params, use_tqdm=False)
         finally:
             knobs.jit_post_compile_hook = previous
     assert all(len(o.outputs[0].token_ids) == 4 for o in outs)
