@@ -41,6 +41,10 @@ mkdir -p "$LOGS"
 export PYTHONPATH="$SITE:$PWD" PYTHONUNBUFFERED=1
 export VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 export PARASLSTM_KJV_MODEL="$PWD/examples/paraslstm-kjv"
+# One Triton cache for every engine of the lease (vLLM otherwise gives each
+# engine configuration its own, and each start recompiles the ParaSLSTM scan
+# variants: ~68 s of a 1B start with prefix caching on, 2026-12-01).
+export TRITON_CACHE_DIR="${TRITON_CACHE_DIR:-/tmp/triton-cache}"
 STATUS=0
 
 note() { echo "=== [$(date +%H:%M:%S)] $*"; }
