@@ -20,6 +20,9 @@ Usage (GPU machine, vLLM with the series on PYTHONPATH):
 
     python benchmarks/paraslstm/benchmark_serving.py --suite small \\
         --json out.jsonl --plot out.png
+
+The plot needs matplotlib (`requirements/bench.txt`); `--replot out.jsonl
+--plot out.png` redraws it, and the table, from saved results elsewhere.
 """
 
 import argparse
@@ -279,7 +282,7 @@ def plot(rows: list[dict], path: str) -> None:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--suite", choices=sorted(SUITES), required=True)
+    p.add_argument("--suite", choices=sorted(SUITES))
     p.add_argument("--only", help="comma-separated models of the suite to run")
     p.add_argument("--rates", default="1,2,4,8,16,32,64")
     p.add_argument("--seconds-per-rate", type=float, default=30.0)
@@ -291,9 +294,22 @@ def main() -> int:
     p.add_argument("--serve-args", default="[]", help="JSON list: more serve args")
     p.add_argument("--startup-timeout", type=float, default=600.0)
     p.add_argument("--timeout", type=float, default=900.0, help="per bench run")
-    p.add_argument("--json", required=True, help="results, one line per run")
+    p.add_argument("--json", help="results, one line per run")
     p.add_argument("--plot", help="PNG: p99 TTFT against output tok/s")
+    p.add_argument(
+        "--replot",
+        metavar="JSONL",
+        help="no runs: the table (and --plot) from earlier results",
+    )
     args = p.parse_args()
+    if args.replot:
+        rows = [json.loads(x) for x in Path(args.replot).read_text().splitlines()]
+        print(table(rows))
+        if args.plot:
+            plot(rows, args.plot)
+        return 0
+    if args.suite is None or args.json is None:
+        p.error("--suite and --json are required unless --replot is given")
     args.rates = [float(x) for x in args.rates.split(",")]
     models = SUITES[args.suite]
     if args.only:

@@ -24,7 +24,8 @@
 #   kernelbench  the decode/scan kernel benchmark against the copy ceiling
 #   serve S "ARGS"  benchmarks/paraslstm/benchmark_serving.py --suite S ARGS
 #             (vllm serve + vllm bench serve; the server's extra packages
-#             from .gpuvllm/t), results to serving-S.jsonl / .png
+#             from .gpuvllm/t), results to serving-S.jsonl (and .png where
+#             matplotlib is)
 #   prefix "ARGS"  benchmarks/paraslstm/benchmark_prefix_caching.py ARGS
 #
 # Several stages may be given: `device.sh b tests bench small`.
@@ -204,8 +205,10 @@ print('vllm', vllm.__version__, 'torch', torch.__version__, \
             "$CARRY"/t/*.whl || exit 3
         read -r -a extra <<<"$2"
         note "serve $1 ${extra[*]}"
+        plot=()  # without matplotlib there: --replot the jsonl elsewhere
+        python3 -c "import matplotlib" 2>/dev/null && plot=(--plot "$LOGS/serving-$1.png")
         timeout 590 python3 benchmarks/paraslstm/benchmark_serving.py --suite "$1" \
-            "${extra[@]}" --json "$LOGS/serving-$1.jsonl" --plot "$LOGS/serving-$1.png" \
+            "${extra[@]}" --json "$LOGS/serving-$1.jsonl" "${plot[@]}" \
             >"$LOGS/serving-$1.log" 2>&1 || STATUS=1
         grep "^==\|^|\|^- \|TTFT\|Error" "$LOGS/serving-$1.log" | tail -n 40
         shift 2

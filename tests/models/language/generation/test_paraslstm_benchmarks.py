@@ -53,6 +53,14 @@ def test_serving_benchmark_smoke(tmp_path):
         ("long", 1.0),
     ]
     assert [r["completed"] for r in rows] == [6, 8, 2]
+    replot = subprocess.run(
+        [sys.executable, str(_script("benchmark_serving.py")), "--replot", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert replot.returncode == 0, replot.stderr[-3000:]
+    assert replot.stdout.count("| paraslstm-d64-L2 |") == 3, replot.stdout
     for r in rows:
         assert r["output_tok_s"] > 0
         assert 0 < r["p50_ttft_ms"] <= r["p99_ttft_ms"] < 60_000
