@@ -24,6 +24,13 @@ mapfile -t PROJECT_TESTS < <(grep -v '^#' tools/paraslstm/ci/test_files_project.
 step() { echo; echo "=== [$(date +%H:%M:%S)] $*"; }
 
 step "environments"
+# A fresh clone's environments, sdists and test trees take ~8 GB (7.5 GB
+# measured, 2026-12-01); say so instead of failing inside pip.
+free_kb=$(df -Pk "$ROOT" | awk 'NR == 2 {print $4}')
+if (( free_kb < 9 * 1024 * 1024 )); then
+    echo "test.sh: $((free_kb / 1024)) MiB free under $ROOT; CI needs about 9 GiB" >&2
+    exit 1
+fi
 PY="$(bash tools/paraslstm/ci/setup_vllm_env.sh | tail -n 1)"
 PARASLSTM_REFERENCE_PYTHON="$(bash tools/paraslstm/ci/setup_reference_env.sh | tail -n 1)"
 export PARASLSTM_REFERENCE_PYTHON PARASLSTM_REQUIRE_REFERENCE=1
