@@ -19,7 +19,9 @@ off and on, on whatever device vLLM finds (CPU or GPU):
   reply, a user turn): cached tokens and TTFT per turn.
 - `cost`: N distinct L-token prompts at once, which nothing can hit:
   prompt tok/s (caching on against off: what caching costs when it never
-  pays).
+  pays), and the fastest send's wall time by engine-core part (request
+  intake with its block hashing, scheduling, model, output handling, front
+  end).
 
 Every send also records the engine steps it took. `--block-sizes 16,64`
 runs one caching-on configuration per block size (the caching granularity:
@@ -78,6 +80,10 @@ def worker(args: argparse.Namespace) -> dict:
         return engine_step()
 
     llm.llm_engine.step = counted_step
+    # The engine core runs in this process (see above) unless the caller
+    # asked for VLLM_ENABLE_V1_MULTIPROCESSING=1.
+    core = getattr(llm.llm_engine.engine_core, "engine_core", None)
+    host = _HostTimers(core)
     cache = llm.llm_engine.vllm_config.cache_config
     sched = llm.llm_engine.vllm_config.scheduler_config
     rng = random.Random(args.seed)
@@ -163,12 +169,58 @@ def worker(args: argparse.Namespace) -> dict:
 
     times = []
     for _ in range(args.repeats):
+        host.reset()
         seconds, cached = send([tokens(args.cost_len) for _ in range(args.cost_batch)])
         assert not any(cached), cached
+        if not times or seconds < min(times):
+            res["cost_split_ms"] = host.split_ms(seconds)
         times.append(seconds)
     res["cost_prompt_tok_s"] = args.cost_batch * args.cost_len / min(times)
     res["cost_steps"] = steps[0]
     return res
+
+
+class _HostTimers:
+    """Wall time spent in the engine core's parts during a send (in-process
+    engine): request intake (block hashing), scheduling, the model executor
+    and output handling; the rest is the front end. On CPU the executor runs
+    the model synchronously, so "model" is the forward; on a GPU with async
+    scheduling it is mostly launch time."""
+
+    PARTS = (
+        ("intake", None, "preprocess_add_request"),
+        ("schedule", "scheduler", "schedule"),
+        ("update", "scheduler", "update_from_output"),
+        ("model", "model_executor", "execute_model"),
+        ("model", "model_executor", "sample_tokens"),
+    )
+
+    def __init__(self, core) -> None:
+        self.totals: dict[str, float] = {}
+        for key, owner, name in self.PARTS if core is not None else ():
+            obj = core if owner is None else getattr(core, owner)
+            setattr(obj, name, self._timed(key, getattr(obj, name)))
+
+    def _timed(self, key: str, fn):
+        def wrapper(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                elapsed = time.perf_counter() - start
+                self.totals[key] = self.totals.get(key, 0.0) + elapsed
+
+        return wrapper
+
+    def reset(self) -> None:
+        self.totals = {}
+
+    def split_ms(self, seconds: float) -> dict[str, float] | None:
+        if not self.totals:
+            return None
+        split = {key: 1e3 * t for key, t in self.totals.items()}
+        split["front end"] = 1e3 * seconds - sum(split.values())
+        return split
 
 
 def run_config(
@@ -234,6 +286,11 @@ def render(runs: list[dict]) -> str:
         for r in runs
     ]
     lines.append("| no hits, prompt throughput | " + " | ".join(cells) + " |")
+    cells = [
+        ", ".join(f"{k} {v:.1f}" for k, v in (r.get("cost_split_ms") or {}).items())
+        for r in runs
+    ]
+    lines.append("| no hits, ms by engine part | " + " | ".join(cells) + " |")
     for r in runs:
         for line in r.get("jit", []):
             lines.append(f"JIT ({_label(r)}): {line}")

@@ -61,7 +61,8 @@ def in_process_engine():
         yield
 
 
-# Prefix caching in align mode with 16-token blocks; stats on for the hit count.
+# Prefix caching in align mode with 16-token blocks (ParaSLSTM's default is
+# 64); stats on for the hit count.
 PREFIX_CACHING = dict(
     enable_prefix_caching=True,
     enable_chunked_prefill=True,
@@ -223,23 +224,33 @@ def test_prefix_caching_resumes_at_chunk_end(vllm_runner, checkpoints):
     assert_matches_reference(later, want, "resumed at the chunk end")
 
 
-def test_prefix_caching_checkpoint_inside_the_chunk(vllm_runner, checkpoints):
+@pytest.mark.parametrize("block_size", [16, None])
+def test_prefix_caching_checkpoint_inside_the_chunk(
+    vllm_runner, checkpoints, block_size
+):
     """The scan writes the state at a prompt's last block boundary from inside
     its one chunk, so align mode does not split the prompt there: one engine
     step per output token, as with caching off. Sent again, the prompt resumes
-    from that state; the reference outputs both times."""
+    from that state; the reference outputs both times. Without a block size
+    from the user, ParaSLSTM caches in 64-token blocks."""
     ref = REFERENCES[PREFIX_CASE]
     first_idx = len(ref["prompts"]) - 2
     prompt = ref["prompts"][first_idx]
-    assert (len(prompt) - 1) // 16 * 16 == PREFIX_LEN
+    want_block = block_size or 64
+    assert (len(prompt) - 1) // want_block * want_block == PREFIX_LEN
     with vllm_runner(
         checkpoints[PREFIX_CASE],
         # One engine step per scheduler step: with async scheduling on a GPU,
         # the first step only queues its batch.
-        **engine_kwargs(**PREFIX_CACHING, async_scheduling=False),
+        **engine_kwargs(
+            **{**PREFIX_CACHING, "block_size": block_size}, async_scheduling=False
+        ),
     ) as vllm_model:
         engine = vllm_model.llm.llm_engine
-        assert engine.vllm_config.cache_config.mamba_cache_mode == "align"
+        cache_config = engine.vllm_config.cache_config
+        assert cache_config.mamba_cache_mode == "align"
+        assert cache_config.block_size == want_block
+        assert cache_config.mamba_block_size == want_block
         step = engine.step
         steps = [0]
 

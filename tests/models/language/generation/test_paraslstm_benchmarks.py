@@ -118,3 +118,10 @@ def test_prefix_caching_benchmark_smoke(tmp_path):
     assert off["repeat"]["700"]["steps"] == 3
     assert on["repeat"]["700"]["steps"] == 1
     assert on["cost_prompt_tok_s"] > 0 and off["cost_prompt_tok_s"] > 0
+    # The no-hit send's wall time by engine-core part adds up to the send.
+    for run in (off, on, on64):
+        split = run["cost_split_ms"]
+        assert set(split) == {"intake", "schedule", "model", "update", "front end"}
+        assert all(split[k] > 0 for k in ("intake", "schedule", "model", "update"))
+        seconds = 4 * 300 / run["cost_prompt_tok_s"]  # --cost-batch, --cost-len
+        assert sum(split.values()) == pytest.approx(1e3 * seconds)
