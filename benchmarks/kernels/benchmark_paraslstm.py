@@ -80,6 +80,11 @@ def graph_time_us(launches: list, replays: int = 20) -> float:
     return ms * 1e3 / len(launches)
 
 
+def _config(values, keys=("BLOCK_D", "num_warps")) -> dict:
+    """Launch configuration override of the ops (None: the heuristic's)."""
+    return {k: v for k, v in zip(keys, values) if v is not None}
+
+
 def _num_sets(set_bytes: int) -> int:
     return max(4, min(512, math.ceil(8 * L2_BYTES / set_bytes)))
 
@@ -134,7 +139,7 @@ def bench_decode(d, batch, dtype, mix="diag", heads=1, sweep=False):
     pristine = p.clone()
 
     def update(gates, pages, idx, out, cfg):
-        paraslstm_update(gates, rec, pages, idx, out, block_d=cfg[0], num_warps=cfg[1])
+        paraslstm_update(gates, rec, pages, idx, out, config=_config(cfg))
 
     for cfg in configs:
         p0 = pristine.clone()
@@ -152,13 +157,13 @@ def bench_decode(d, batch, dtype, mix="diag", heads=1, sweep=False):
         us = graph_time_us([launch(s) for s in sets])
         results["/".join(map(str, cfg))] = us
     # the default configuration once more without programmatic dependent launch
-    use_pdl = ops._use_pdl
-    ops._use_pdl = lambda device: False
+    use_pdl = ops._USE_PDL
+    ops._USE_PDL = False
     try:
         us = graph_time_us([launch(s, configs[0]) for s in sets])
         results["default, no PDL"] = us
     finally:
-        ops._use_pdl = use_pdl
+        ops._USE_PDL = use_pdl
     return nbytes, results
 
 
@@ -227,7 +232,7 @@ def bench_prefill(batch, seqlen, d, dtype, mix="diag", heads=1, sweep=False):
         def run(bd=bd, u=u, nw=nw):
             paraslstm_scan(
                 gates, rec, pages, qsl, idx, has_init, out,
-                block_d=bd, unroll=u, num_warps=nw,
+                config=_config((bd, u, nw), ("BLOCK_D", "UNROLL", "num_warps")),
             )  # fmt: skip
 
         run()

@@ -22,6 +22,20 @@ BACKEND_CLASS_PATH = (
     "vllm.v1.attention.backends.paraslstm_attn.ParaSLSTMAttentionBackend"
 )
 MIXER_OP = "vllm::paraslstm_mixer"
+# Existing modules whose edits register() performs from the diffs themselves
+# (when the module is imported), in series order: a later diff may edit what
+# an earlier one added. A diff the wheel does not carry is skipped.
+EDITED_MODULES = {
+    "vllm.model_executor.layers.mamba.mamba_utils": (
+        "mamba-state-calculators.diff",
+        "mamba-state-copy.diff",
+    ),
+    "vllm.model_executor.models.config": (
+        "models-config-map.diff",
+        "models-config-prefix-caching.diff",
+    ),
+    "vllm.model_executor.warmup.kernel_warmup": ("kernel-warmup.diff",),
+}
 
 __all__ = ["register", "series_merged"]
 
@@ -47,19 +61,13 @@ def _register_config() -> None:
     AutoConfig.register(MODEL_TYPE, getattr(configs, CONFIG_CLASS), exist_ok=True)
 
 
-def _register_state_calculators() -> None:
-    import regex as re
-
-    from vllm.model_executor.layers.mamba import mamba_utils
-
+def _perform_edits() -> None:
     from . import _edits
 
-    for context, source in _edits.hunks("mamba-state-calculators.diff"):
-        # each hunk adds classmethods to the calculator class its header names
-        cls = getattr(mamba_utils, re.match(r"class (\w+)", context).group(1))
-        for name, method in _edits.define(source, mamba_utils).items():
-            if not hasattr(cls, name):
-                setattr(cls, name, method)
+    for name, diffs in EDITED_MODULES.items():
+        diffs = [d for d in diffs if _edits.read(d) is not None]
+        if diffs:
+            _edits.perform_on_import(name, diffs)
 
 
 def _register_backend() -> None:
@@ -70,22 +78,6 @@ def _register_backend() -> None:
 
     if BACKEND_NAME not in MambaAttentionBackendEnum.__members__:
         register_backend(BACKEND_NAME, BACKEND_CLASS_PATH, is_mamba=True)
-
-
-def _register_models_config() -> None:
-    import regex as re
-
-    from vllm.model_executor.models import config
-
-    from . import _edits
-
-    if MODEL_ARCH in config.MODELS_CONFIG_MAP:
-        return
-    (_, classes), (_, entry) = _edits.hunks("models-config-map.diff")
-    defined = _edits.define(classes, config)
-    # the second hunk adds the MODELS_CONFIG_MAP entry: "arch": ConfigClass,
-    arch, cls_name = re.fullmatch(r'"(\w+)": (\w+),', entry.strip()).groups()
-    config.MODELS_CONFIG_MAP[arch] = defined[cls_name]
 
 
 def _register_compilation_op() -> None:
@@ -110,8 +102,7 @@ def register() -> None:
     if series_merged():
         return
     _register_config()
-    _register_state_calculators()
     _register_backend()
-    _register_models_config()
+    _perform_edits()
     _register_compilation_op()
     _register_model()

@@ -50,6 +50,17 @@ run python3 "$UPSTREAM/check_spdx_header.py" "${files[@]}"
 mapfile -t import_checked < <(printf '%s\n' "${files[@]}" | grep -v '^tools/paraslstm/ci/triton_shim/')
 run "$TOOLS_VENV/bin/python" "$UPSTREAM/check_forbidden_imports.py" "${import_checked[@]}"
 
+# Every earlier stage of a file the stack changes again (stages/*.diff).
+if [[ $# -eq 0 ]] && compgen -G "stages/*.diff" >/dev/null; then
+    STAGES="$(mktemp -d)"
+    python3 tools/paraslstm/series/series.py export-stages "$STAGES"
+    mapfile -t staged < <(cd "$STAGES" && find . -name '*.py' | sort)
+    run bash -c 'cd "$0" && "$1" check --config "$2/pyproject.toml" "${@:3}" &&
+        "$1" format --config "$2/pyproject.toml" --check "${@:3}"' \
+        "$STAGES" "$RUFF" "$ROOT" "${staged[@]}"
+    rm -rf "$STAGES"
+fi
+
 if [[ $status -ne 0 ]]; then
     echo "lint: FAILED (fix with: $RUFF check --fix ...; $RUFF format ...;" \
         "SPDX headers and imports as vLLM's checks above say)"

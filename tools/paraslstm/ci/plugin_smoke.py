@@ -3,6 +3,7 @@
 """Checks run by plugin_smoke.sh inside the throwaway plugin venv."""
 
 import importlib.util
+import inspect
 import os
 import sys
 from pathlib import Path
@@ -46,13 +47,20 @@ def main() -> int:
     assert AutoConfig.for_model("paraslstm").model_type == "paraslstm"
     assert mu.MambaStateShapeCalculator.paraslstm_state_shape(2, 64) == ((4, 32),)
     dtype = mu.MambaStateDtypeCalculator.paraslstm_state_dtype
-    assert dtype(torch.bfloat16) == (torch.float32,)
-    assert dtype(torch.float32, "bfloat16") == (torch.bfloat16,)
+    assert dtype() == dtype("auto") == (torch.float32,)
+    assert dtype("bfloat16") == (torch.bfloat16,)
     copy = mu.MambaStateCopyFuncCalculator.paraslstm_state_copy_func()
     assert copy == (mu.get_temporal_copy_spec,)
     backend = MambaAttentionBackendEnum["PARASLSTM"].get_class()
     assert backend.__name__ == "ParaSLSTMAttentionBackend"
-    assert "ParaSLSTMForCausalLM" in MODELS_CONFIG_MAP
+    # models/config.py: the class of one diff, edited by a second one
+    verify = MODELS_CONFIG_MAP["ParaSLSTMForCausalLM"].verify_and_update_config
+    assert "block_size = 64" in inspect.getsource(verify)
+    from vllm.model_executor.warmup import kernel_warmup as kw
+    from vllm.v1.worker import gpu_worker
+
+    assert "paraslstm_triton_warmup(worker)" in inspect.getsource(kw.kernel_warmup)
+    assert gpu_worker.kernel_warmup is kw.kernel_warmup
     assert CompilationConfig._attention_ops.count("vllm::paraslstm_mixer") == 1
     assert "ParaSLSTMForCausalLM" in ModelRegistry.get_supported_archs()
     print("register(): all registrations present, re-entrant")

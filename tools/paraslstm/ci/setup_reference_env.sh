@@ -6,7 +6,7 @@
 #
 # .venv-ref holds pararnn-torch (the reference implementation of ParaSLSTM)
 # and is used only through
-# tests/models/language/generation/paraslstm_pararnn_ref.py, run as a
+# project_tests/plugin/paraslstm_pararnn_ref.py, run as a
 # subprocess by the vLLM model tests. pararnn-torch must never go into the
 # vLLM environment: it registers its own vLLM plugin.
 #

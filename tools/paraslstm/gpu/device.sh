@@ -11,9 +11,13 @@
 #   a2        join the two parts of a split kernel library and unpack it
 #   b         unpack .gpuvllm/b (the rest of vLLM) there, install the series
 #             (paraslstm_series.tar, checked against the pristine files)
-#   tests     the upstream-bound tests (tools/paraslstm/ci/test_files.txt) inside
-#             the patched tree's tests/ (.gpuvllm/t from pack_tests.sh), the
-#             kernel tests on the last GPU beside the model tests on GPU 0
+#   tests     the whole stack's tests (series.py tests) inside the patched
+#             tests/ (pristine tests/ from .gpuvllm/t, the stack's files
+#             installed over it), one pytest after the other
+#   stack     every prefix of the stack (b/paraslstm_series-<folder>.tar) in
+#             its own copy of vLLM and tests/, its PRs' tests, all at once
+#   project ["A"]  project_tests/intree (or the selection A) in the patched
+#             tree of the whole stack (after tests)
 #   parallel  the tensor/pipeline-parallel tests (two GPUs)
 #   intree "A"  pytest A (a selection of the patched tree's tests) on GPU 0
 #   only "A"  pytest A (a space-separated selection) on GPU 0
@@ -42,6 +46,8 @@ mkdir -p "$LOGS"
 export PYTHONPATH="$SITE:$PWD" PYTHONUNBUFFERED=1
 export VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 export PARASLSTM_KJV_MODEL="$PWD/examples/paraslstm-kjv"
+# The offline Hugging Face cache of the hub-ready folders (prepare_intree).
+export HF_HOME="${SITE}-hf"
 # One Triton cache for every engine of the lease (vLLM otherwise gives each
 # engine configuration its own, and each start recompiles the ParaSLSTM scan
 # variants: ~67 s of a 1B start with prefix caching on, 2026-12-01).
@@ -68,8 +74,9 @@ install_pack_wheels() {  # .gpuvllm/t's packages (tests, vllm serve) into $SITE
         "$CARRY"/t/*.whl
 }
 
-prepare_intree() {  # the patched tree's tests/ in $INTREE (.gpuvllm/t)
+prepare_intree() {  # the pristine tree's tests/ in $INTREE (.gpuvllm/t)
     install_pack_wheels
+    python3 tools/paraslstm/ci/seed_hf_cache.py "$HF_HOME" || exit 3
     rm -rf $INTREE && mkdir -p $INTREE
     tar -xJf "$CARRY/t/tests.tar.xz" -C $INTREE || exit 3
     # vLLM's conftest.py and tests/utils.py (which imports the server): fail
@@ -83,6 +90,19 @@ run_kernel_bench() {  # name, script, args...
     note "$name: $*"
     timeout 300 python3 "$@" 2>&1 | tee "$LOGS/$name.log" | tail -n 60
     [[ ${PIPESTATUS[0]} == 0 ]] || STATUS=1
+}
+
+run_manifest_tests() {  # name, site, tests root, series tarball
+    local name=$1 site=$2 tree=$3 i=0 rc=0
+    local gpus
+    gpus=$(python3 -c "import torch; print(torch.cuda.device_count())")
+    while IFS=$'\t' read -r -a args; do
+        i=$((i + 1))
+        (cd "$tree" && CUDA_VISIBLE_DEVICES=$(( (i - 1) % gpus )) \
+            PYTHONPATH=$site:$tree run_pytest "$name-$i" 560 "${args[@]}") || rc=1
+    done < <(tar -xOf "$4" manifest.json | python3 -c \
+        "import json, sys; [print('\t'.join(t)) for t in json.load(sys.stdin)['tests']]")
+    return $rc
 }
 
 bench() {  # suite
@@ -128,41 +148,53 @@ print('vllm', vllm.__version__, 'torch', torch.__version__, \
         nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv
         ;;
     tests)
+        # The whole stack's tests (series.py tests) in the patched tests/,
+        # the kernel tests on the last GPU beside the model tests on GPU 0.
         need_site
         prepare_intree
-        mapfile -t files < <(grep -v '^#' tools/paraslstm/ci/test_files.txt)
-        # Three pytest processes side by side (one GPU is enough: the test
-        # engines size their caches in bytes): kernels, and the model tests
-        # in two halves, test_paraslstm.py + warm-up and the rest.
-        kfiles=() mfiles=() rfiles=()
-        for f in "${files[@]}"; do
-            case $f in
-            tests/kernels/*) kfiles+=("$f") ;;
-            */test_paraslstm.py | */test_paraslstm_warmup.py) mfiles+=("$f") ;;
-            *) rfiles+=("$f") ;;
-            esac
+        python3 tools/paraslstm/gpu/install_series.py $SITE \
+            "$CARRY/b/paraslstm_series.tar" $INTREE || exit 3
+        run_manifest_tests full $SITE $INTREE "$CARRY/b/paraslstm_series.tar"
+        ;;
+    stack)
+        # Every prefix of the stack in its own copy of vLLM and tests/, all
+        # at once on the GPUs (each test engine sizes its cache in bytes).
+        need_site
+        prepare_intree
+        pids=()
+        for tarball in "$CARRY"/b/paraslstm_series-*.tar; do
+            folder=$(basename "$tarball" .tar)
+            folder=${folder#paraslstm_series-}
+            rm -rf $SITE-$folder $INTREE-$folder
+            cp -a $SITE $SITE-$folder && cp -a $INTREE $INTREE-$folder
+            python3 tools/paraslstm/gpu/install_series.py $SITE-$folder \
+                "$tarball" $INTREE-$folder >/dev/null || exit 3
+            (run_manifest_tests "$folder" $SITE-$folder $INTREE-$folder "$tarball" \
+                >"$LOGS/stack-$folder.out" 2>&1) &
+            pids+=($!)
         done
-        gpus=$(python3 -c "import torch; print(torch.cuda.device_count())")
-        repo=$PWD
-        cd $INTREE
-        (CUDA_VISIBLE_DEVICES=$((gpus - 1)) PYTHONPATH=$SITE:$INTREE \
-            run_pytest kernels 500 "${kfiles[@]}" >"$LOGS/kernels.out" 2>&1) &
-        kernels=$!
-        (CUDA_VISIBLE_DEVICES=0 PYTHONPATH=$SITE:$INTREE run_pytest models-rest 560 \
-            "${rfiles[@]}" >"$LOGS/models-rest.out" 2>&1) &
-        rest=$!
-        CUDA_VISIBLE_DEVICES=0 PYTHONPATH=$SITE:$INTREE run_pytest models 560 \
-            "${mfiles[@]}"
-        wait $rest || STATUS=1
-        wait $kernels || STATUS=1
-        cat "$LOGS/models-rest.out" "$LOGS/kernels.out"
-        cd "$repo"
+        for pid in "${pids[@]}"; do wait "$pid" || STATUS=1; done
+        cat "$LOGS"/stack-*.out
+        ;;
+    project)
+        # This project's in-tree suite (project_tests/intree) in the patched
+        # tree of the whole stack (run `tests` first).
+        need_site
+        [[ -d $INTREE/tests ]] || { echo "device.sh: run the tests stage first"; exit 3; }
+        rm -rf $INTREE/tests/paraslstm_project
+        cp -r project_tests/intree $INTREE/tests/paraslstm_project
+        read -r -a selection <<<"${1:-tests/paraslstm_project}"
+        shift || true
+        (cd $INTREE && CUDA_VISIBLE_DEVICES=0 PYTHONPATH=$SITE:$INTREE \
+            run_pytest project 560 "${selection[@]}") || STATUS=1
         ;;
     parallel)
         need_site
         [[ -d $INTREE/tests ]] || { echo "device.sh: run the tests stage first"; exit 3; }
+        rm -rf $INTREE/tests/paraslstm_project
+        cp -r project_tests/intree $INTREE/tests/paraslstm_project
         (cd $INTREE && PYTHONPATH=$SITE:$INTREE run_pytest parallel 400 \
-            tests/models/language/generation/test_paraslstm_parallel.py) || STATUS=1
+            tests/paraslstm_project/test_paraslstm_parallel.py) || STATUS=1
         ;;
     intree)
         need_site

@@ -1,39 +1,91 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
-"""Put the series into an installed vLLM 0.32.0 (run on the GPU machine).
+"""Put a prefix of the stack into an installed vLLM (run on the GPU machine).
 
-Every file the series changes must still be the pristine v0.32.0 file
-(sha256 from the manifest), else nothing is written: the result is then
-exactly the tree that `git am patches/*` gives.
+vllm/ files go into SITE, tests/ files into TESTS (the pristine tree's
+tests/, optional). Every file the stack changes must still be the pristine
+file (sha256 from the manifest), else nothing is written: the result is then
+exactly the tree that `git am` of that prefix gives. A previous install is
+undone first (its added files removed, its changed files restored from the
+copies it kept), so prefixes can be installed one after the other.
 
-Usage: python3 install_series.py SITE paraslstm_series.tar
+Usage: python3 install_series.py SITE paraslstm_series-<folder>.tar [TESTS]
 """
 
 import hashlib
+import io
 import json
 import sys
 import tarfile
 from pathlib import Path
 
+UNDO = ".paraslstm_undo.tar"
+
+
+def root_of(path: str, site: Path, tests: Path | None) -> Path | None:
+    if path.startswith("vllm/"):
+        return site
+    return tests
+
+
+def undo(site: Path, tests: Path | None) -> None:
+    undo_tar = site / UNDO
+    if not undo_tar.is_file():
+        return
+    with tarfile.open(undo_tar) as tar:
+        record = json.load(tar.extractfile("undo.json"))
+        for path in record["added"]:
+            root = root_of(path, site, tests)
+            if root is not None:
+                (root / path).unlink(missing_ok=True)
+        for member in tar.getmembers():
+            root = root_of(member.name, site, tests)
+            if member.name != "undo.json" and root is not None:
+                (root / member.name).write_bytes(tar.extractfile(member).read())
+    undo_tar.unlink()
+    print(f"install_series: undid {record['folder']}")
+
 
 def main() -> int:
-    site, archive = Path(sys.argv[1]), sys.argv[2]
+    site, archive = Path(sys.argv[1]).resolve(), sys.argv[2]
+    tests = Path(sys.argv[3]).resolve() if len(sys.argv) > 3 else None
+    undo(site, tests)
     with tarfile.open(archive) as tar:
         manifest = json.load(tar.extractfile("manifest.json"))
+        added, kept = [], {}
         for path, digest in manifest["modified"].items():
-            have = hashlib.sha256((site / path).read_bytes()).hexdigest()
-            if have != digest:
+            root = root_of(path, site, tests)
+            if root is None:
+                continue
+            have = (root / path).read_bytes()
+            if hashlib.sha256(have).hexdigest() != digest:
                 raise SystemExit(
-                    f"install_series: {site / path} is not the v0.32.0 file "
-                    "the series was made against"
+                    f"install_series: {root / path} is not the pristine file "
+                    "the stack was made against"
                 )
+            kept[path] = have
         for path in manifest["added"]:
-            if (site / path).exists():
-                raise SystemExit(f"install_series: {site / path} already exists")
-        members = [m for m in tar.getmembers() if m.name != "manifest.json"]
-        tar.extractall(site, members=members, filter="data")
-    print(f"install_series: {len(members)} files into {site}")
+            root = root_of(path, site, tests)
+            if root is None:
+                continue
+            if (root / path).exists():
+                raise SystemExit(f"install_series: {root / path} already exists")
+            added.append(path)
+        with tarfile.open(site / UNDO, "w") as out:
+            blob = json.dumps({"folder": manifest["folder"], "added": added}).encode()
+            for name, data in [("undo.json", blob), *kept.items()]:
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                out.addfile(info, io.BytesIO(data))
+        n = 0
+        for member in tar.getmembers():
+            root = root_of(member.name, site, tests)
+            if member.name == "manifest.json" or root is None:
+                continue
+            tar.extract(member, root, filter="data")
+            n += 1
+    print(f"install_series: {manifest['folder']}: {n} files")
     return 0
 
 

@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
-"""Pack the series' vllm/ files for the GPU machine (run here, not there).
+"""Pack the stack's files for the GPU machine (run here, not there).
 
-`git am`s patches/ onto a pristine v0.32.0 tree (tools/paraslstm/series/series.py
-apply) and writes DEST/paraslstm_series.tar: every file under vllm/ that the
-series adds or changes, as the patched tree has it, plus manifest.json with
-the sha256 of the pristine version of each changed file.
-install_series.py checks those hashes against the carried wheel before it
-overwrites anything, so the result is exactly the patched tree.
+For every prefix of the PR stack (`series.py apply --upto FOLDER`) writes
+DEST/paraslstm_series-<folder>.tar: every file under vllm/ and tests/ that
+the prefix adds or changes, as the patched tree has it, plus manifest.json
+with the sha256 of the pristine version of each changed file and the
+prefix's pytest invocations. install_series.py checks those hashes before
+it overwrites anything, so the result is exactly the patched tree. The last
+prefix is also written as DEST/paraslstm_series.tar.
 
 Usage: python3 tools/paraslstm/gpu/pack_series.py DEST
 """
@@ -16,39 +17,36 @@ Usage: python3 tools/paraslstm/gpu/pack_series.py DEST
 import hashlib
 import io
 import json
+import shutil
 import subprocess
 import sys
 import tarfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
+SERIES = [sys.executable, str(ROOT / "tools/paraslstm/series/series.py")]
 
 
-def main() -> int:
-    dest = Path(sys.argv[1])
-    dest.mkdir(parents=True, exist_ok=True)
-    out = subprocess.run(
-        [sys.executable, str(ROOT / "tools/paraslstm/series/series.py"), "apply"],
-        check=True,
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
+def run(*args: str) -> str:
+    return subprocess.run(
+        args, check=True, capture_output=True, text=True, cwd=ROOT
     ).stdout
-    tree = Path(out.strip().splitlines()[-1])
-    base = subprocess.run(
-        ["git", "-C", str(tree), "rev-list", "--max-parents=0", "HEAD"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.split()[0]
-    status = subprocess.run(
-        ["git", "-C", str(tree), "diff", "--name-status", base, "HEAD", "--", "vllm/"],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    manifest: dict = {"added": [], "modified": {}}
-    with tarfile.open(dest / "paraslstm_series.tar", "w") as tar:
+
+
+def pack(folder: str, dest: Path) -> Path:
+    tree = Path(run(*SERIES, "apply", "--upto", folder).strip().splitlines()[-1])
+    base = run("git", "-C", str(tree), "rev-list", "--max-parents=0", "HEAD").split()[0]
+    status = run(
+        "git", "-C", str(tree), "diff", "--name-status", base, "HEAD",
+        "--", "vllm/", "tests/",
+    )  # fmt: skip
+    tests = [
+        line.split("\t")
+        for line in run(*SERIES, "tests", "--upto", folder).splitlines()
+    ]
+    manifest: dict = {"folder": folder, "added": [], "modified": {}, "tests": tests}
+    out = dest / f"paraslstm_series-{folder}.tar"
+    with tarfile.open(out, "w") as tar:
         for line in status.splitlines():
             kind, path = line.split("\t")
             if kind == "A":
@@ -68,7 +66,18 @@ def main() -> int:
         info.size = len(blob)
         tar.addfile(info, io.BytesIO(blob))
     n = len(manifest["added"]) + len(manifest["modified"])
-    print(f"pack_series: {n} files -> {dest / 'paraslstm_series.tar'}")
+    print(f"pack_series: {folder}: {n} files -> {out}")
+    return out
+
+
+def main() -> int:
+    dest = Path(sys.argv[1])
+    dest.mkdir(parents=True, exist_ok=True)
+    last = None
+    for folder in run(*SERIES, "folders").split():
+        last = pack(folder, dest)
+    assert last is not None
+    shutil.copyfile(last, dest / "paraslstm_series.tar")
     return 0
 
 

@@ -4,7 +4,8 @@
 #
 # Pack what the upstream-bound tests need on the GPU machine, where they run
 # inside the patched tree's tests/ (vLLM's conftest.py: vllm_runner, ...):
-#   .gpuvllm/t/tests.tar.xz   tests/ of the v0.32.0 sdist with the series applied
+#   .gpuvllm/t/tests.tar.xz   tests/ of the pristine sdist (device.sh installs
+#                             the stack's test files over it per prefix)
 #   .gpuvllm/t/*.whl          packages vLLM's conftest.py and tests/utils.py
 #                             import that neither the GPU image nor the vLLM
 #                             pack holds (tblib; the API clients and server
@@ -19,7 +20,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 CARRY="${1:-$ROOT/.gpuvllm}"
 cd "$ROOT"
-TREE="$(python3 tools/paraslstm/series/series.py apply | tail -n 1)"
+TREE="$(python3 tools/paraslstm/series/series.py pristine | tail -n 1)"
 [[ -f "$TREE/tests/conftest.py" ]] || { echo "pack_tests: no tests/ in $TREE" >&2; exit 2; }
 mkdir -p "$CARRY/t"
 rm -f "$CARRY/t/"*

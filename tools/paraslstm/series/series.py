@@ -1,58 +1,58 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
-"""Build, check and overlay the ParaSLSTM patch series against vLLM v0.32.0.
+"""Build, check and apply the ParaSLSTM PR stack against vLLM v0.32.0/v0.33.0.
 
-The repository mirrors vLLM's tree for *new* files only (under vllm/, tests/,
-docs/ and benchmarks/). Edits to existing upstream files live as unified diffs
-in upstream-edits/. The manifest below (SERIES) assigns every new file, by
-path pattern, and every edit diff, by name, to one commit of the series.
+The repository mirrors vLLM's tree for *new* files only (under vllm/ and
+tests/; docs/ and benchmarks/ are this project's own). Its files are the
+state after the last PR of the stack. Edits to existing upstream files live
+as unified diffs in upstream-edits/. STACK below lists the upstream PRs in
+apply order; each is one folder of patches/ (`1-kernel/`, `2-model/`, ...)
+holding one `git format-patch` commit and a hand-written PR.md. A PR owns
+the new files its patterns match and the edit diffs it names.
+
+A file that a later PR changes again gets its earlier versions from
+stages/<folder>.diff: the changes PR <folder> makes to files of earlier PRs.
+Reverse-applying the diffs of the later PRs to the repo's file gives the
+file as an earlier PR leaves it.
 
 Modes:
 
-  generate   Rebuild the series on a pristine v0.32.0 tree and write
-             patches/000N-*.patch with `git format-patch` (fixed identity and
-             dates, so an unchanged tree gives byte-identical patches). Stale
-             patches are removed.
-  check      On a fresh pristine tree, `git am patches/*.patch`, then verify
-             that every new file is byte-identical to the repo's copy, that
-             every edit diff is applied (and nothing else changed), that
-             patches/ is up to date with the repo, and that every `vllm` /
-             `tests` import of the new modules resolves in the patched tree.
-             Then the same series on each of ALSO_TARGETS (v0.33.0): `git am`
-             without a 3-way merge, files identical, imports resolving.
-             Exits 1 on any mismatch.
-  apply      `git am --keep-non-patch` patches/ onto a fresh pristine tree at
-             DEST (default .cache/series/patched) and print its path.
-             (--keep-non-patch keeps the [Model]/[Kernel]/[Core] tags.)
-  overlay    Build .cache/intree/vllm: a hard-link copy (cp -al) of the
-             installed vllm package in which every file the series adds or
-             changes under vllm/ is replaced by a real copy of the patched
-             tree's version. Then `PYTHONPATH=.cache/intree python ...` runs the
-             installed vLLM (its compiled .so files included) as if the series
-             were merged.
-  pristine   Materialize (once, cached) the pristine v0.32.0 git repo and
-             print its path.
+  generate       Rebuild the stack on a pristine v0.32.0 tree and write
+                 patches/<folder>/0001-*.patch (fixed identity and dates: an
+                 unchanged tree gives byte-identical patches).
+  check          For every prefix of the stack, on v0.32.0 and on
+                 ALSO_TARGETS (v0.33.0): `git am` (no 3-way merge), new files
+                 identical to that stage's, `vllm`/`tests` imports resolving.
+                 Also: patches/ up to date, every edit applied, each folder
+                 has PR.md and stays within its line budget, no large stored
+                 JSON, no ParaSLSTM entry hidden from test_initialization.
+  apply          `git am` patches/ (up to --upto FOLDER) onto a fresh
+                 pristine tree at DEST (default .cache/series/patched).
+  tests          Print the pytest invocations of a prefix (one per line).
+  export-stages  Write DEST/<folder>/ with the new files as each PR leaves
+                 them (to edit an earlier stage by hand).
+  import-stages  Rewrite stages/*.diff from SRC/<folder>/ copies (default
+                 .stages/): a file there is that PR's version; files absent
+                 there are taken from the next later stage.
+  overlay        Build .cache/intree/vllm: the installed vllm package with
+                 every file the stack adds or changes replaced by the
+                 patched tree's version.
+  pristine       Materialize (once, cached) the pristine git repo and print
+                 its path.
 
 generate and check read the working tree (tracked and untracked, not ignored
-files); with --ref REF they read the files of commit REF instead, so patches
-can be made for what is committed while others have uncommitted work.
-
-The pristine tree comes from the v0.32.0 sdist fetched and hash-checked by
-tools/paraslstm/series/fetch_vllm_source.sh (cached under .cache/). To see whether
-the series applies to another release, e.g.
-`VLLM_SDIST_VERSION=0.33.0 python3 tools/paraslstm/series/series.py apply /tmp/v033`
-(patches/ are generated against 0.32.0; `check` also applies them to 0.33.0).
+files); with --ref REF they read the files of commit REF instead.
 
 Typical use (from the repo root):
   python3 tools/paraslstm/series/series.py generate
   python3 tools/paraslstm/series/series.py check
-  python3 tools/paraslstm/series/series.py overlay --python .venv/bin/python
-  PYTHONPATH=.cache/intree .venv/bin/python -c "import vllm"
+  python3 tools/paraslstm/series/series.py apply --upto 2-model /tmp/tree
 """
 
 import argparse
 import ast
+import difflib
 import filecmp
 import os
 import shutil
@@ -70,34 +70,22 @@ SERIES_CACHE = CACHE / "series"
 FETCH_SCRIPT = ROOT / "tools" / "paraslstm" / "series" / "fetch_vllm_source.sh"
 
 VLLM_VERSION = os.environ.get("VLLM_SDIST_VERSION", "0.32.0")
-# Newer releases the series must also apply to as it is (`check`): `git am`
-# without a 3-way merge, new files byte-identical, imports resolving.
+# Newer releases the stack must also apply to as it is.
 ALSO_TARGETS = ("0.33.0",)
 MIRRORED_ROOTS = ("vllm", "tests", "docs", "benchmarks")
-# Not part of the upstream series: this project's own documentation and
-# engine benchmark (vLLM's docs get their supported-models row as an edit),
-# and the tests that need what vLLM's CI does not have: pararnn-torch in its
-# own environment (live cross-checks, the stored references' drift check and
-# the script that recomputes them), the trained demo checkpoint in examples/,
-# or this project's host handling (the server fault test), or this project's
-# benchmarks (their smoke test). They run from the
-# repo root against the plugin (tools/paraslstm/ci/test_files_project.txt).
-PROJECT_TESTS = "tests/models/language/generation/"
-NOT_UPSTREAM = (
-    "docs/**",
-    "benchmarks/**",
-    PROJECT_TESTS + "paraslstm_pararnn_utils.py",
-    PROJECT_TESTS + "paraslstm_pararnn_ref.py",
-    PROJECT_TESTS + "paraslstm_make_reference.py",
-    PROJECT_TESTS + "test_paraslstm_pararnn.py",
-    PROJECT_TESTS + "paraslstm_kjv_ref.py",
-    PROJECT_TESTS + "paraslstm_kjv_heldout.txt",
-    PROJECT_TESTS + "test_paraslstm_kjv.py",
-    PROJECT_TESTS + "test_paraslstm_server.py",
-    PROJECT_TESTS + "test_paraslstm_benchmarks.py",
-)
+# This project's own documentation and benchmarks (vLLM's docs get their
+# supported-models row as an edit). Project-only tests live in
+# project_tests/, outside the mirrored roots.
+NOT_UPSTREAM = ("docs/**", "benchmarks/**")
 
-# Author, committer and DCO sign-off of every patch. Whoever sends the PR
+# Added lines (`git apply --numstat`) allowed per PR folder, and for the
+# model's own folders together (folders named *fix* or *spec* are counted
+# apart); stored JSON in the stack.
+MAX_ADDED_PER_PR = 1200
+MAX_ADDED_MODEL = 2800
+MAX_JSON_LINES = 200
+
+# Author, committer and DCO sign-off of every patch. Whoever sends the PRs
 # sets their own identity (PARASLSTM_SERIES_AUTHOR="Full Name <email>") for
 # `generate` and for `check` alike; the committed patches use the default.
 DEFAULT_AUTHOR = "ParaSLSTM authors <paraslstm@users.noreply.github.com>"
@@ -107,96 +95,106 @@ GIT_EMAIL = _rest.rstrip(">")
 if not GIT_NAME or "@" not in GIT_EMAIL or GIT_EMAIL.endswith(".invalid"):
     raise SystemExit(f"PARASLSTM_SERIES_AUTHOR must be 'Name <email>', got {_AUTHOR!r}")
 PRISTINE_DATE = "2026-10-01T00:00:00+0000"
-SERIES_DATE = "2026-11-29T00:00:00+0000"
+SERIES_DATE = "2026-12-02T00:00:00+0000"
 CO_AUTHOR = "Co-authored-by: Claude <noreply@anthropic.com>"
 
 
 @dataclass(frozen=True)
-class Commit:
+class PullRequest:
+    folder: str
     subject: str
     body: str
     patterns: tuple[str, ...]
     edits: tuple[str, ...]
+    # pytest invocations this PR adds (each a list of arguments); a prefix
+    # of the stack runs those of all its PRs.
+    tests: tuple[tuple[str, ...], ...] = ()
 
 
-SERIES: tuple[Commit, ...] = (
-    Commit(
-        subject="[Model] Add ParaSLSTM HF config",
+STACK: tuple[PullRequest, ...] = (
+    PullRequest(
+        folder="1-kernel",
+        subject="[Kernel] Add ParaSLSTM recurrence ops",
         body=(
-            'Add ParaSLSTMConfig (model_type "paraslstm") for ParaSLSTM, an\n'
-            "attention-free sLSTM language model (per-channel or per-head\n"
-            "recurrence) as saved by pararnn-torch. The config is not in\n"
-            "transformers, so register it in the lazy configs module and in\n"
-            "_CONFIG_REGISTRY. It validates every field the model reads."
-        ),
-        patterns=("vllm/transformers_utils/configs/**",),
-        edits=("hf-config-lazy-import.diff", "hf-config-registry.diff"),
-    ),
-    Commit(
-        subject="[Kernel] Add ParaSLSTM ops",
-        body=(
-            "Add the ParaSLSTM varlen prefill scan and decode update. On GPUs,\n"
-            "three Triton kernels share one sLSTM cell: the decode step, the\n"
-            "varlen scan (state in registers, gate loads eight steps ahead of\n"
-            "the dependency chain), and a scan for heads wider than 64 that\n"
-            "streams the recurrent blocks. On CPU the public names are rebound\n"
-            "to torch-native ops. The state of one sequence is one (4, d) tensor\n"
-            "(c, n, m, h). Kernel tests compare both against a float64\n"
-            "step-by-step reference and run in the CPU kernel job as well."
+            "Add the sLSTM recurrence of ParaSLSTM as two ops: a decode step\n"
+            "and a varlen prefill scan over packed sequences, for per-channel\n"
+            "(mix=diag) and per-head (mix=head) recurrent weights, with the\n"
+            "state of a sequence in one (4, d) page (c, n, m, h). Triton\n"
+            "kernels on GPUs; torch-native ops rebound on CPU. Kernel tests\n"
+            "against a float64 step-by-step reference, also in the CPU job."
         ),
         patterns=(
             "vllm/model_executor/layers/mamba/ops/**",
             "tests/kernels/**",
         ),
         edits=("buildkite-cpu-kernel-tests.diff",),
+        tests=(("tests/kernels/mamba/test_paraslstm_ops.py",),),
     ),
-    Commit(
-        subject="[Core] Add ParaSLSTM mamba attention backend",
+    PullRequest(
+        folder="2-model",
+        subject="[Model] Add ParaSLSTM (attention-free sLSTM LM)",
         body=(
-            "Add MambaAttentionBackendEnum.PARASLSTM with its metadata builder,\n"
-            "a conv-less subclass of the base mamba builder, split graphs at\n"
-            "the vllm::paraslstm_mixer custom op, and give the mamba state\n"
-            "calculators the ParaSLSTM state's shape, dtype (float32 unless\n"
-            "mamba_ssm_cache_dtype says otherwise) and prefix-caching copy."
-        ),
-        patterns=("vllm/v1/**",),
-        edits=(
-            "mamba-backend-enum.diff",
-            "compilation-attention-ops.diff",
-            "mamba-state-calculators.diff",
-        ),
-    ),
-    Commit(
-        subject="[Model] Add ParaSLSTM mixer and model",
-        body=(
-            "Add ParaSLSTMMixer (MambaBase layer run through the\n"
-            "vllm::paraslstm_mixer custom op) and ParaSLSTMForCausalLM\n"
-            "(attention-free, tensor and pipeline parallel, mamba prefix caching,\n"
-            "CUDA graphs). The model uses MambaModelConfig through a small\n"
-            "subclass that rejects speculative decoding, which the recurrent\n"
-            "state does not support yet, and that keeps every chunk-end state\n"
-            "under prefix caching (prefix_cache_retention_interval=None): without\n"
-            "an attention group no shared-prefix junction is detected, so the\n"
-            "sparse default would drop the states that a shared prefix resumes\n"
-            "from, and a state page is a few KiB per layer. Register the\n"
-            "architecture, add the example-model entry, the supported-models row\n"
-            "and model tests: tiny checkpoints written at test time in\n"
-            "pararnn-torch's layout, compared with pararnn-torch outputs stored\n"
-            "beside them."
+            "Add ParaSLSTMForCausalLM, the attention-free sLSTM language model\n"
+            "trained and saved by pararnn-torch: its HF config, a MambaBase\n"
+            "mixer run through the vllm::paraslstm_mixer custom op, a metadata\n"
+            "builder subclassing the Mamba base builder, the state calculators\n"
+            "and the registries. Tensor and pipeline parallel, CUDA graphs.\n"
+            "Speculative decoding is rejected at config time. Tests compare\n"
+            "with pararnn-torch's outputs on tiny published checkpoints."
         ),
         patterns=(
+            "vllm/transformers_utils/configs/**",
             "vllm/model_executor/layers/mamba/*",
             "vllm/model_executor/models/**",
+            "vllm/v1/**",
             "tests/models/**",
         ),
         edits=(
+            "hf-config-lazy-import.diff",
+            "hf-config-registry.diff",
+            "mamba-backend-enum.diff",
+            "compilation-attention-ops.diff",
+            "mamba-state-calculators.diff",
             "model-registry.diff",
             "models-config-map.diff",
             "tests-model-registry.diff",
+            "tests-backend-selection.diff",
             "docs-supported-models.diff",
         ),
+        tests=(
+            ("tests/models/language/generation/test_paraslstm.py",),
+            ("tests/models/test_initialization.py", "-k", "ParaSLSTM"),
+            ("tests/v1/attention/test_attention_backends_selection.py",),
+        ),
+    ),
+    PullRequest(
+        folder="3-prefix-caching",
+        subject="[Feature] ParaSLSTM prefix caching",
+        body=(
+            "Mamba-style prefix caching (align mode) for ParaSLSTM. The prefill\n"
+            "scan writes a prompt's last block-boundary state from inside its\n"
+            "chunk, so caching adds no engine steps. With no attention layer\n"
+            "the model caches in 64-token blocks unless the user sets a block\n"
+            "size, and keeps every chunk-end state."
+        ),
+        patterns=(),
+        edits=("mamba-state-copy.diff", "models-config-prefix-caching.diff"),
+    ),
+    PullRequest(
+        folder="4-perf",
+        subject="[Perf] ParaSLSTM kernels: gate prefetch, H200 tuning, warm-up",
+        body=(
+            "Speed up the ParaSLSTM kernels on NVIDIA GPUs: the scan loads the\n"
+            "gates of the next steps while the current ones compute, launch\n"
+            "configurations measured on an H200, PDL and hardware exp2/rcp on\n"
+            "CUDA only. Compile every kernel variant the launch heuristics can\n"
+            "pick in vLLM's warm-up framework, so no request waits for Triton."
+        ),
+        patterns=("vllm/model_executor/warmup/**",),
+        edits=("kernel-warmup.diff",),
     ),
 )
+STAGES_DIR_NAME = "stages"
 
 
 class SeriesError(Exception):
@@ -268,11 +266,12 @@ def set_identity(repo: Path) -> None:
 # --------------------------------------------------------------------------
 # Inputs: repo files and edit diffs
 # --------------------------------------------------------------------------
+# --------------------------------------------------------------------------
 
 
 class Source:
-    """Where the repo's files and edit diffs are read from: the working tree,
-    or (with --ref) a git-archive export of one commit."""
+    """Where the repo's files, edit diffs and stage diffs are read from: the
+    working tree, or (with --ref) a git-archive export of one commit."""
 
     root: Path = ROOT
 
@@ -281,9 +280,14 @@ class Source:
         return cls.root / "upstream-edits"
 
     @classmethod
+    def stages(cls) -> Path:
+        return cls.root / STAGES_DIR_NAME
+
+    @classmethod
     def export(cls, ref: str, dest: Path) -> None:
         top = git(ROOT, "ls-tree", "--name-only", ref).split()
-        paths = [p for p in (*MIRRORED_ROOTS, "upstream-edits") if p in top]
+        roots = (*MIRRORED_ROOTS, "upstream-edits", STAGES_DIR_NAME)
+        paths = [p for p in roots if p in top]
         dest.mkdir(parents=True)
         archive = subprocess.run(
             ["git", "-C", str(ROOT), "archive", "--format=tar", ref, "--", *paths],
@@ -323,35 +327,35 @@ def repo_new_files() -> list[str]:
 
 
 def assign_files(files: list[str]) -> list[list[str]]:
-    assigned: list[list[str]] = [[] for _ in SERIES]
+    assigned: list[list[str]] = [[] for _ in STACK]
     errors = []
     for path in files:
         hits = [
             i
-            for i, c in enumerate(SERIES)
+            for i, c in enumerate(STACK)
             if any(glob_match(p, path) for p in c.patterns)
         ]
         if not hits:
-            errors.append(f"{path}: matches no commit of the series")
+            errors.append(f"{path}: matches no PR of the stack")
         elif len(hits) > 1:
-            errors.append(f"{path}: matches several commits {[h + 1 for h in hits]}")
+            errors.append(f"{path}: matches several PRs {[h + 1 for h in hits]}")
         else:
             assigned[hits[0]].append(path)
     if errors:
         raise SeriesError(
-            "file -> commit assignment failed (edit SERIES in "
+            "file -> PR assignment failed (edit STACK in "
             "tools/paraslstm/series/series.py):\n  " + "\n  ".join(errors)
         )
     return assigned
 
 
 def check_edit_manifest() -> None:
-    listed = [e for c in SERIES for e in c.edits]
+    listed = [e for c in STACK for e in c.edits]
     present = sorted(p.name for p in Source.edits().glob("*.diff"))
-    errors = [f"upstream-edits/{e}: listed in SERIES but missing" for e in listed]
+    errors = [f"upstream-edits/{e}: listed in STACK but missing" for e in listed]
     errors = [e for e, name in zip(errors, listed) if name not in present]
     errors += [
-        f"upstream-edits/{p}: not assigned to any commit in SERIES"
+        f"upstream-edits/{p}: not assigned to any PR in STACK"
         for p in present
         if p not in listed
     ]
@@ -435,34 +439,108 @@ def base_rev(repo: Path) -> str:
 
 
 # --------------------------------------------------------------------------
-# Building the series
+# Stages: the new files as each PR leaves them
 # --------------------------------------------------------------------------
 
 
-def commit_message(c: Commit) -> str:
-    return f"{c.subject}\n\n{c.body}\n\n{CO_AUTHOR}\n"
+def pr_index(name: str) -> int:
+    for i, pr in enumerate(STACK):
+        if pr.folder == name:
+            return i
+    raise SeriesError(f"no PR folder {name!r} in STACK: {[p.folder for p in STACK]}")
 
 
-def build_series(repo: Path) -> None:
-    """Create the series' commits in a pristine clone from the repo's files."""
+def _apply_in_dir(diff: Path, directory: Path, reverse: bool) -> None:
+    """`git apply` to plain files (no repository) under ``directory``."""
+    env = git_env()
+    env["GIT_CEILING_DIRECTORIES"] = str(directory.parent)
+    args = ["git", "apply", "--whitespace=nowarn"] + (["-R"] if reverse else [])
+    proc = subprocess.run(
+        [*args, str(diff)], cwd=directory, env=env, capture_output=True, text=True
+    )
+    if proc.returncode != 0:
+        raise SeriesError(
+            f"{diff.relative_to(Source.root)} does not reverse-apply to the "
+            f"files of the later stage (edit the files of a stage with "
+            f"`series.py export-stages`, then `import-stages`):\n{proc.stderr}"
+        )
+
+
+def stage_files(tmp: Path) -> list[dict[str, Path]]:
+    """For each PR: repo path -> file as that PR leaves it, for the new files
+    of it and of the PRs before it."""
+    files = repo_new_files()
+    assigned = assign_files(files)
+    owner = {f: i for i, fs in enumerate(assigned) for f in fs}
+    known = (
+        {d.name for d in Source.stages().glob("*.diff")}
+        if Source.stages().is_dir()
+        else set()
+    )
+    wanted = {f"{pr.folder}.diff" for pr in STACK[1:]}
+    if known - wanted:
+        raise SeriesError(f"stages/: no PR for {sorted(known - wanted)}")
+    stages: list[dict[str, Path]] = [{} for _ in STACK]
+    tree = tmp / f"stage-{len(STACK) - 1}"
+    for f in files:
+        dst = tree / f
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(Source.root / f, dst)
+    stages[-1] = {f: tree / f for f in files}
+    for k in range(len(STACK) - 1, 0, -1):
+        older = tmp / f"stage-{k - 1}"
+        shutil.copytree(tree, older)
+        for f in assigned[k]:
+            (older / f).unlink()
+        diff = Source.stages() / f"{STACK[k].folder}.diff"
+        if diff.is_file():
+            for target in edit_targets(diff):
+                if owner.get(target, k) >= k:
+                    raise SeriesError(
+                        f"{diff.relative_to(Source.root)}: {target} is not a "
+                        f"file of a PR before {STACK[k].folder}"
+                    )
+            _apply_in_dir(diff, older, reverse=True)
+        stages[k - 1] = {f: older / f for f in files if owner[f] < k}
+        tree = older
+    return stages
+
+
+def assigned_by_pr() -> list[list[str]]:
+    return assign_files(repo_new_files())
+
+
+# --------------------------------------------------------------------------
+# Building the stack
+# --------------------------------------------------------------------------
+
+
+def commit_message(pr: PullRequest) -> str:
+    return f"{pr.subject}\n\n{pr.body}\n\n{CO_AUTHOR}\n"
+
+
+def build_series(repo: Path, tmp: Path) -> None:
+    """Create one commit per PR in a pristine clone from the repo's files."""
     check_edit_manifest()
-    assigned = assign_files(repo_new_files())
-    for commit, files in zip(SERIES, assigned):
-        for path in files:
+    stages = stage_files(tmp / "stages")
+    for k, pr in enumerate(STACK):
+        paths = sorted(stages[k])
+        for path in paths:
             dst = repo / path
-            if dst.exists():
-                if filecmp.cmp(Source.root / path, dst, shallow=False):
-                    continue
+            src = stages[k][path]
+            if dst.exists() and filecmp.cmp(src, dst, shallow=False):
+                continue
+            if (k == 0 or path not in stages[k - 1]) and dst.exists():
                 raise SeriesError(
                     f"{path} exists in v{VLLM_VERSION}; the repo mirrors new "
                     "files only, edit existing files through upstream-edits/"
                 )
             dst.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(Source.root / path, dst)
-            shutil.copymode(Source.root / path, dst)
-        if files:
-            git(repo, "add", "-f", "--", *files)
-        for edit in commit.edits:
+            shutil.copyfile(src, dst)
+            shutil.copymode(src, dst)
+        if paths:
+            git(repo, "add", "-f", "--", *paths)
+        for edit in pr.edits:
             proc = subprocess.run(
                 [
                     "git",
@@ -482,24 +560,34 @@ def build_series(repo: Path) -> None:
                     f" (after the previous edits):\n{proc.stderr}"
                 )
         msg = repo / ".git" / "PARASLSTM_MSG"
-        msg.write_text(commit_message(commit))
+        msg.write_text(commit_message(pr))
         git(repo, "commit", "-q", "-s", "-F", str(msg))
 
 
-def format_patches(repo: Path, out: Path) -> list[Path]:
-    out.mkdir(parents=True, exist_ok=True)
-    git(
-        repo,
-        "format-patch",
-        "-q",
-        "--zero-commit",
-        "--no-signature",
-        "--no-numbered",
-        "-o",
-        str(out),
-        f"{base_rev(repo)}..HEAD",
-    )
-    return sorted(out.glob("*.patch"))
+def format_patches(repo: Path, out: Path) -> dict[str, list[Path]]:
+    """Patches per PR folder, one commit each."""
+    commits = git(repo, "rev-list", "--reverse", f"{base_rev(repo)}..HEAD").split()
+    if len(commits) != len(STACK):
+        raise SeriesError(f"expected {len(STACK)} commits, got {len(commits)}")
+    result: dict[str, list[Path]] = {}
+    for pr, commit in zip(STACK, commits):
+        folder = out / pr.folder
+        folder.mkdir(parents=True, exist_ok=True)
+        git(
+            repo,
+            "format-patch",
+            "-q",
+            "--zero-commit",
+            "--no-signature",
+            "--no-numbered",
+            # Two lines of context: v0.33.0 inserted lines next to edited ones.
+            "-U2",
+            "-o",
+            str(folder),
+            f"{commit}~1..{commit}",
+        )
+        result[pr.folder] = sorted(folder.glob("*.patch"))
+    return result
 
 
 def scratch(name: str) -> Path:
@@ -507,10 +595,18 @@ def scratch(name: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=f"{name}-", dir=SERIES_CACHE))
 
 
-def expected_patches(tmp: Path) -> tuple[Path, list[Path]]:
+def expected_patches(tmp: Path) -> tuple[Path, dict[str, list[Path]]]:
     repo = fresh_clone(tmp / "build")
-    build_series(repo)
+    build_series(repo, tmp)
     return repo, format_patches(repo, tmp / "patches")
+
+
+def current_patches(upto: int | None = None) -> list[Path]:
+    last = len(STACK) - 1 if upto is None else upto
+    out: list[Path] = []
+    for pr in STACK[: last + 1]:
+        out += sorted((PATCHES_DIR / pr.folder).glob("*.patch"))
+    return out
 
 
 # --------------------------------------------------------------------------
@@ -521,29 +617,40 @@ def expected_patches(tmp: Path) -> tuple[Path, list[Path]]:
 def cmd_generate(args: argparse.Namespace) -> int:
     tmp = scratch("generate")
     try:
-        _, patches = expected_patches(tmp)
+        _, built = expected_patches(tmp)
         PATCHES_DIR.mkdir(exist_ok=True)
-        names = {p.name for p in patches}
-        for old in PATCHES_DIR.glob("*.patch"):
-            if old.name not in names:
-                log(f"removing stale patches/{old.name}")
-                old.unlink()
-        for p in patches:
-            dst = PATCHES_DIR / p.name
-            if dst.is_file() and filecmp.cmp(p, dst, shallow=False):
-                log(f"unchanged patches/{p.name}")
-                continue
-            shutil.copyfile(p, dst)
-            log(f"wrote patches/{p.name}")
+        for folder in PATCHES_DIR.iterdir():
+            if folder.is_file() and folder.suffix == ".patch":
+                log(f"removing stale patches/{folder.name}")
+                folder.unlink()
+            elif folder.is_dir() and folder.name not in built:
+                raise SeriesError(f"patches/{folder.name}/ is no PR of STACK")
+        for name, patches in built.items():
+            dst_dir = PATCHES_DIR / name
+            dst_dir.mkdir(exist_ok=True)
+            names = {p.name for p in patches}
+            for old in dst_dir.glob("*.patch"):
+                if old.name not in names:
+                    log(f"removing stale patches/{name}/{old.name}")
+                    old.unlink()
+            for p in patches:
+                dst = dst_dir / p.name
+                if dst.is_file() and filecmp.cmp(p, dst, shallow=False):
+                    log(f"unchanged patches/{name}/{p.name}")
+                    continue
+                shutil.copyfile(p, dst)
+                log(f"wrote patches/{name}/{p.name}")
+            if not (dst_dir / "PR.md").is_file():
+                log(f"warning: patches/{name}/PR.md is missing (check fails)")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 
-def am_patches(repo: Path) -> None:
-    patches = sorted(PATCHES_DIR.glob("*.patch"))
+def am_patches(repo: Path, upto: int | None = None) -> None:
+    patches = current_patches(upto)
     if not patches:
-        raise SeriesError("patches/ holds no *.patch; run `series.py generate`")
+        raise SeriesError("patches/ holds no patches; run `series.py generate`")
     proc = subprocess.run(
         ["git", "-C", str(repo), "am", "-q", "--keep-non-patch", *map(str, patches)],
         env=git_env(),
@@ -551,7 +658,7 @@ def am_patches(repo: Path) -> None:
         text=True,
     )
     if proc.returncode != 0:
-        raise SeriesError(f"git am patches/*.patch failed:\n{proc.stdout}{proc.stderr}")
+        raise SeriesError(f"git am {patches} failed:\n{proc.stdout}{proc.stderr}")
 
 
 def _top_level_names(tree: ast.Module) -> set[str]:
@@ -637,46 +744,77 @@ def check_imports(tree: Path, files: list[str]) -> list[str]:
     return problems
 
 
-def check_target(version: str) -> list[str]:
-    """The series as it is on another release: `git am` (no 3-way merge),
-    new files identical to the repo's, their imports resolving there."""
-    global VLLM_VERSION
-    base_version, VLLM_VERSION = VLLM_VERSION, version
-    tmp = scratch(f"check-{version}")
-    problems: list[str] = []
-    try:
-        am = fresh_clone(tmp / "am")
-        try:
-            am_patches(am)
-        except SeriesError as e:
-            return [f"v{version}: {e}"]
-        files = [f for f in repo_new_files() if (am / f).is_file()]
-        for path in files:
-            if not filecmp.cmp(Source.root / path, am / path, shallow=False):
-                problems.append(f"v{version}: {path} differs from the repo's copy")
-        added = git(am, "diff", "--name-only", "--diff-filter=A", base_rev(am), "HEAD")
-        new_py = [p for p in added.split() if p.endswith(".py")]
-        problems += [f"v{version}: {p}" for p in check_imports(am, new_py)]
-        log(f"v{version}: git am ok, {len(new_py)} new modules checked")
-    finally:
-        VLLM_VERSION = base_version
-        shutil.rmtree(tmp, ignore_errors=True)
+def numstat(patches: list[Path]) -> list[tuple[int, str]]:
+    """(added lines, path) of every file the patches touch."""
+    out = []
+    for patch in patches:
+        text = subprocess.run(
+            ["git", "apply", "--numstat", str(patch)],
+            capture_output=True,
+            text=True,
+            check=True,
+            env=git_env(),
+            cwd=tempfile.gettempdir(),  # outside any repository
+        ).stdout
+        for line in text.splitlines():
+            added, _, path = line.split("\t", 2)
+            out.append((int(added) if added != "-" else 0, path))
+    return out
+
+
+def counted_apart(folder: str) -> bool:
+    """A bugfix or speculative-decoding PR (`5-fix-...`, `6-spec-...`),
+    not one of the model's own."""
+    words = folder.split("-")[1:]
+    return any(w in ("fix", "bugfix") or w.startswith("spec") for w in words)
+
+
+def check_budgets() -> list[str]:
+    problems = []
+    model_total = 0
+    for pr in STACK:
+        folder = PATCHES_DIR / pr.folder
+        if not (folder / "PR.md").is_file():
+            problems.append(f"patches/{pr.folder}/PR.md is missing")
+        stats = numstat(sorted(folder.glob("*.patch")))
+        added = sum(a for a, _ in stats)
+        log(f"{pr.folder}: {added} added lines")
+        if added > MAX_ADDED_PER_PR:
+            problems.append(
+                f"patches/{pr.folder}: {added} added lines > {MAX_ADDED_PER_PR}"
+            )
+        if not counted_apart(pr.folder):
+            model_total += added
+        for a, path in stats:
+            if path.endswith(".json") and a > MAX_JSON_LINES:
+                problems.append(f"{path}: {a} lines of stored JSON > {MAX_JSON_LINES}")
+        for patch in folder.glob("*.patch"):
+            for line in patch.read_text().splitlines():
+                if line.startswith("+") and "is_available_online=False" in line:
+                    problems.append(f"{patch.name}: adds is_available_online=False")
+    log(f"model PRs together: {model_total} added lines")
+    if model_total > MAX_ADDED_MODEL:
+        problems.append(f"model PRs: {model_total} added lines > {MAX_ADDED_MODEL}")
     return problems
 
 
-def cmd_check(args: argparse.Namespace) -> int:
-    tmp = scratch("check")
+def check_prefix(k: int, stage: dict[str, Path], version: str, tmp: Path) -> list[str]:
+    """PRs up to k on ``version``: `git am` without a 3-way merge, the new
+    files as the stage has them, their imports resolving."""
+    global VLLM_VERSION
+    base_version, VLLM_VERSION = VLLM_VERSION, version
     problems: list[str] = []
+    tag = f"v{version} up to {STACK[k].folder}"
     try:
-        fresh_clone(tmp / "am", refresh=args.refresh)
-        am = tmp / "am"
-        am_patches(am)
+        am = fresh_clone(tmp / f"am-{version}-{k}")
+        try:
+            am_patches(am, k)
+        except SeriesError as e:
+            return [f"{tag}: {e}"]
         base = base_rev(am)
-        log(f"git am of {len(list(PATCHES_DIR.glob('*.patch')))} patches: ok")
-
         status = git(am, "diff", "--name-status", "--no-renames", base, "HEAD")
-        added: set[str] = set()
-        modified: set[str] = set()
+        added = set()
+        modified = set()
         for line in status.splitlines():
             kind, path = line.split("\t", 1)
             if kind == "A":
@@ -684,69 +822,77 @@ def cmd_check(args: argparse.Namespace) -> int:
             elif kind == "M":
                 modified.add(path)
             else:
-                problems.append(f"series {kind} {path}: only adds and edits expected")
-
-        check_edit_manifest()
-        files = repo_new_files()
-        assign_files(files)
-        pristine = pristine_repo()
-        new_files = [f for f in files if not (pristine / f).exists()]
-        for path in new_files:
+                problems.append(f"{tag}: {kind} {path}: only adds and edits expected")
+        for path, src in stage.items():
             if path not in added:
-                problems.append(f"{path}: in the repo but not added by the series")
-            elif not filecmp.cmp(Source.root / path, am / path, shallow=False):
-                problems.append(f"{path}: patched tree differs from the repo's copy")
-        for path in sorted(added - set(new_files)):
-            problems.append(f"{path}: added by the series but not in the repo")
-
-        targets: set[str] = set()
-        for commit in SERIES:
-            for edit in commit.edits:
-                diff = Source.edits() / edit
-                targets.update(edit_targets(diff))
-                proc = subprocess.run(
-                    ["git", "-C", str(am), "apply", "--check", "-R", str(diff)],
-                    capture_output=True,
-                    text=True,
-                )
-                if proc.returncode != 0:
-                    problems.append(
-                        f"upstream-edits/{edit}: not applied in the patched tree"
-                        f"\n{proc.stderr.strip()}"
-                    )
+                problems.append(f"{tag}: {path} not added")
+            elif not filecmp.cmp(src, am / path, shallow=False):
+                problems.append(f"{tag}: {path} differs from the stage's copy")
+        for path in sorted(added - set(stage)):
+            problems.append(f"{tag}: {path} added but not in the stage")
+        targets = {
+            t for pr in STACK[: k + 1] for e in pr.edits
+            for t in edit_targets(Source.edits() / e)
+        }  # fmt: skip
         for path in sorted(modified ^ targets):
-            side = "series" if path in modified else "upstream-edits"
-            problems.append(f"{path}: edited only by the {side}")
-
-        built, patches = expected_patches(tmp)
-        current = sorted(PATCHES_DIR.glob("*.patch"))
-        if [p.name for p in patches] != [p.name for p in current]:
-            problems.append(
-                "patches/ file names differ from a fresh generate: "
-                f"{[p.name for p in current]} vs {[p.name for p in patches]}"
-            )
-        else:
-            for new, old in zip(patches, current):
-                if not filecmp.cmp(new, old, shallow=False):
-                    problems.append(f"patches/{old.name} is stale")
-        tree_am = git(am, "rev-parse", "HEAD^{tree}").strip()
-        tree_built = git(built, "rev-parse", "HEAD^{tree}").strip()
-        log_fmt = ("log", "--format=%an <%ae>%n%B", f"{base}..HEAD")
-        if git(am, *log_fmt) != git(built, *log_fmt):
-            problems.append("commit messages after `git am` differ from the series")
-        if tree_am != tree_built:
-            problems.append(
-                "the tree from `git am patches/*` differs from the tree built "
-                "from the repo's files and edits"
-            )
+            side = "stack" if path in modified else "upstream-edits"
+            problems.append(f"{tag}: {path} edited only by the {side}")
         new_py = [p for p in sorted(added) if p.endswith(".py")]
-        problems += [f"v{VLLM_VERSION}: {p}" for p in check_imports(am, new_py)]
+        problems += [f"{tag}: {p}" for p in check_imports(am, new_py)]
+        log(f"{tag}: git am ok, {len(new_py)} new modules, {len(targets)} edited files")
+    finally:
+        VLLM_VERSION = base_version
+        shutil.rmtree(tmp / f"am-{version}-{k}", ignore_errors=True)
+    return problems
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    tmp = scratch("check")
+    problems: list[str] = []
+    try:
+        check_edit_manifest()
+        fresh_clone(tmp / "warm", refresh=args.refresh)
+        built, patches = expected_patches(tmp)
+        for pr in STACK:
+            current = sorted((PATCHES_DIR / pr.folder).glob("*.patch"))
+            fresh = patches[pr.folder]
+            if [p.name for p in fresh] != [p.name for p in current]:
+                problems.append(
+                    f"patches/{pr.folder}: file names differ from a fresh generate"
+                )
+                continue
+            for new, old in zip(fresh, current):
+                if not filecmp.cmp(new, old, shallow=False):
+                    problems.append(f"patches/{pr.folder}/{old.name} is stale")
+        stray = [
+            p.name
+            for p in PATCHES_DIR.iterdir()
+            if p.name not in {pr.folder for pr in STACK}
+        ]
+        if stray:
+            problems.append(f"patches/: not in STACK: {stray}")
+        problems += check_budgets()
+        stages = stage_files(tmp / "check-stages")
+        pristine = pristine_repo()
+        for path in stages[-1]:
+            if (pristine / path).exists():
+                problems.append(f"{path} exists in v{VLLM_VERSION}: edit it by a diff")
+        for version in (VLLM_VERSION, *ALSO_TARGETS):
+            for k in range(len(STACK)):
+                problems += check_prefix(k, stages[k], version, tmp)
+        am = fresh_clone(tmp / "am-full")
+        am_patches(am)
+        if git(am, "rev-parse", "HEAD^{tree}") != git(
+            built, "rev-parse", "HEAD^{tree}"
+        ):
+            problems.append("the tree from `git am` differs from the built tree")
+        log_fmt = ("log", "--format=%an <%ae>%n%B", f"{base_rev(am)}..HEAD")
+        if git(am, *log_fmt) != git(built, *log_fmt):
+            problems.append("commit messages after `git am` differ from the stack")
+    except SeriesError as e:
+        problems.append(str(e))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    for version in ALSO_TARGETS:
-        if version != VLLM_VERSION:
-            problems += check_target(version)
-
     if problems:
         print("series check FAILED:", file=sys.stderr)
         for p in problems:
@@ -757,22 +903,109 @@ def cmd_check(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 1
-    log(
-        f"ok: {len(new_files)} new files, {len(targets)} edited files, "
-        "patches/ up to date"
-    )
+    log(f"ok: {len(STACK)} PRs, every prefix on v{VLLM_VERSION} and {ALSO_TARGETS}")
     return 0
 
 
-def patched_tree(dest: Path, refresh: bool = False) -> Path:
+def patched_tree(dest: Path, refresh: bool = False, upto: int | None = None) -> Path:
     fresh_clone(dest, refresh)
-    am_patches(dest)
+    am_patches(dest, upto)
     return dest
 
 
 def cmd_apply(args: argparse.Namespace) -> int:
     dest = Path(args.dest).resolve() if args.dest else SERIES_CACHE / "patched"
-    print(patched_tree(dest, args.refresh))
+    upto = pr_index(args.upto) if args.upto else None
+    print(patched_tree(dest, args.refresh, upto))
+    return 0
+
+
+def prefix_tests(k: int) -> list[tuple[str, ...]]:
+    seen: list[tuple[str, ...]] = []
+    for pr in STACK[: k + 1]:
+        seen += [t for t in pr.tests if t not in seen]
+    return seen
+
+
+def cmd_tests(args: argparse.Namespace) -> int:
+    k = pr_index(args.upto) if args.upto else len(STACK) - 1
+    for t in prefix_tests(k):
+        print("\t".join(t))
+    return 0
+
+
+def cmd_folders(args: argparse.Namespace) -> int:
+    for pr in STACK:
+        print(pr.folder)
+    return 0
+
+
+def cmd_export_stages(args: argparse.Namespace) -> int:
+    dest = Path(args.dest).resolve()
+    tmp = scratch("export")
+    try:
+        stages = stage_files(tmp)
+        for pr, stage in zip(STACK, stages):
+            for path, src in stage.items():
+                dst = dest / pr.folder / path
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(src, dst)
+        log(f"wrote {dest}/<folder>/ for {[pr.folder for pr in STACK]}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+def _unified(path: str, old: str, new: str) -> str:
+    lines = difflib.unified_diff(
+        old.splitlines(keepends=True),
+        new.splitlines(keepends=True),
+        f"a/{path}",
+        f"b/{path}",
+        n=3,
+    )
+    body = "".join(lines)
+    if not body:
+        return ""
+    if not new.endswith("\n") or not old.endswith("\n"):
+        raise SeriesError(f"{path}: every stage of a file must end with a newline")
+    return f"diff --git a/{path} b/{path}\n{body}"
+
+
+def cmd_import_stages(args: argparse.Namespace) -> int:
+    src = Path(args.src).resolve()
+    assigned = assigned_by_pr()
+    owner = {f: i for i, fs in enumerate(assigned) for f in fs}
+    files = sorted(owner)
+    for pr in STACK:
+        folder = src / pr.folder
+        if not folder.is_dir():
+            continue
+        for p in folder.rglob("*"):
+            rel = p.relative_to(folder).as_posix()
+            if p.is_file() and rel not in owner:
+                raise SeriesError(f"{p}: not a new file of the repo")
+            if p.is_file() and owner[rel] > pr_index(pr.folder):
+                raise SeriesError(f"{p}: {rel} belongs to a later PR")
+    version = {f: (Source.root / f).read_text() for f in files}
+    stages = Source.stages()
+    stages.mkdir(exist_ok=True)
+    for k in range(len(STACK) - 1, 0, -1):
+        older = {}
+        for f in files:
+            if owner[f] <= k - 1:
+                cand = src / STACK[k - 1].folder / f
+                older[f] = cand.read_text() if cand.is_file() else version[f]
+        diff = "".join(_unified(f, older[f], version[f]) for f in sorted(older))
+        out = stages / f"{STACK[k].folder}.diff"
+        if diff:
+            out.write_text(diff)
+            log(f"wrote {out.relative_to(Source.root)}")
+        elif out.exists():
+            out.unlink()
+            log(f"removed {out.relative_to(Source.root)}")
+        version = {**version, **older}
+        version = {f: v for f, v in version.items() if owner[f] <= k - 1}
     return 0
 
 
@@ -802,7 +1035,7 @@ def cmd_overlay(args: argparse.Namespace) -> int:
 
     check_edit_manifest()
     edited = {
-        t for c in SERIES for e in c.edits for t in edit_targets(Source.edits() / e)
+        t for c in STACK for e in c.edits for t in edit_targets(Source.edits() / e)
     }
     changed = sorted(
         {p for p in repo_new_files() + sorted(edited) if p.startswith("vllm/")}
@@ -856,14 +1089,23 @@ def main(argv: list[str] | None = None) -> int:
         "read the repo's files and edits from this commit (e.g. HEAD) instead "
         "of the working tree"
     )
-    p = sub.add_parser("generate", help="write patches/000N-*.patch")
+    upto_help = "last PR folder to apply (default: the whole stack)"
+    p = sub.add_parser("generate", help="write patches/<folder>/*.patch")
     p.add_argument("--ref", help=ref_help)
     p = sub.add_parser("check", help="verify patches/ against the repo")
     p.add_argument("--refresh", action="store_true", help="re-extract the sdist")
     p.add_argument("--ref", help=ref_help)
     p = sub.add_parser("apply", help="git am patches/ onto a fresh pristine tree")
     p.add_argument("dest", nargs="?", help="default: .cache/series/patched")
+    p.add_argument("--upto", help=upto_help)
     p.add_argument("--refresh", action="store_true", help="re-extract the sdist")
+    p = sub.add_parser("tests", help="pytest invocations of a prefix, one a line")
+    p.add_argument("--upto", help=upto_help)
+    sub.add_parser("folders", help="the PR folders in apply order")
+    p = sub.add_parser("export-stages", help="write DEST/<folder>/ stage files")
+    p.add_argument("dest")
+    p = sub.add_parser("import-stages", help="rewrite stages/*.diff from copies")
+    p.add_argument("src", nargs="?", default=str(ROOT / ".stages"))
     p = sub.add_parser("overlay", help="build .cache/intree/vllm")
     p.add_argument("--patched-tree", help="default: apply patches/ afresh")
     p.add_argument("--vllm-dir", help="installed vllm package directory")
@@ -879,6 +1121,10 @@ def main(argv: list[str] | None = None) -> int:
         "generate": cmd_generate,
         "check": cmd_check,
         "apply": cmd_apply,
+        "tests": cmd_tests,
+        "folders": cmd_folders,
+        "export-stages": cmd_export_stages,
+        "import-stages": cmd_import_stages,
         "overlay": cmd_overlay,
         "pristine": cmd_pristine,
     }[args.mode]

@@ -1,10 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
-"""ParaSLSTM: an attention-free sLSTM language model trained with ParaRNN.
-
-Checkpoints are those written by `pararnn-torch`
-(`ParaSLSTMForCausalLM.save_pretrained`).
-"""
+"""ParaSLSTM, an attention-free sLSTM language model, as saved by
+`pararnn-torch`."""
 
 from collections.abc import Iterable
 from itertools import islice
@@ -13,7 +10,7 @@ import torch
 from torch import nn
 
 from vllm.compilation.decorators import support_torch_compile
-from vllm.config import CacheConfig, ModelConfig, VllmConfig
+from vllm.config import CacheConfig, VllmConfig
 from vllm.distributed.parallel_state import get_pp_group
 from vllm.model_executor.layers.activation import SiluAndMul
 from vllm.model_executor.layers.layernorm import RMSNorm
@@ -88,7 +85,6 @@ class ParaSLSTMDecoderLayer(nn.Module):
     def __init__(
         self,
         config: ParaSLSTMConfig,
-        model_config: ModelConfig | None = None,
         cache_config: CacheConfig | None = None,
         quant_config: QuantizationConfig | None = None,
         prefix: str = "",
@@ -100,7 +96,6 @@ class ParaSLSTMDecoderLayer(nn.Module):
             mix=config.mix,
             num_heads=config.n_heads,
             max_recurrent_norm=config.max_recurrent_norm,
-            model_config=model_config,
             cache_config=cache_config,
             quant_config=quant_config,
             prefix=f"{prefix}.mixer",
@@ -131,7 +126,6 @@ class ParaSLSTMModel(nn.Module):
     def __init__(self, *, vllm_config: VllmConfig, prefix: str = ""):
         super().__init__()
         config = vllm_config.model_config.hf_config
-        model_config = vllm_config.model_config
         cache_config = vllm_config.cache_config
         quant_config = vllm_config.quant_config
         self.config = config
@@ -145,7 +139,6 @@ class ParaSLSTMModel(nn.Module):
             config.num_hidden_layers,
             lambda prefix: ParaSLSTMDecoderLayer(
                 config,
-                model_config=model_config,
                 cache_config=cache_config,
                 quant_config=quant_config,
                 prefix=prefix,
@@ -187,39 +180,6 @@ class ParaSLSTMModel(nn.Module):
             )
         hidden_states, _ = self.norm(hidden_states, residual)
         return hidden_states
-
-
-def _checkpoint_shapes(config: ParaSLSTMConfig) -> dict[str, tuple[int, ...]]:
-    """Every tensor a pararnn-torch checkpoint must hold, with its shape."""
-    d, inter, vocab = config.hidden_size, config.intermediate_size, config.vocab_size
-    shapes: dict[str, tuple[int, ...]] = {
-        "embed.weight": (vocab, d),
-        "norm.weight": (d,),
-    }
-    if not config.tie_word_embeddings:
-        shapes["lm_head.weight"] = (vocab, d)
-    if config.mix == "head":
-        head_dim = d // config.n_heads
-        recurrent = ("R_head", (4, config.n_heads, head_dim, head_dim))
-    else:
-        recurrent = ("R", (4, d))
-    for layer in range(config.num_hidden_layers):
-        block = f"blocks.{layer}"
-        cell = f"{block}.rnn.layers.0"
-        shapes.update(
-            {
-                f"{block}.norm_rnn.weight": (d,),
-                f"{cell}.W_x.weight": (4 * d, d),
-                f"{cell}.W_x.bias": (4 * d,),
-                f"{cell}.{recurrent[0]}": recurrent[1],
-                f"{block}.norm_mlp.weight": (d,),
-                f"{block}.mlp.up.weight": (2 * inter, d),
-                f"{block}.mlp.up.bias": (2 * inter,),
-                f"{block}.mlp.down.weight": (d, inter),
-                f"{block}.mlp.down.bias": (d,),
-            }
-        )
-    return shapes
 
 
 class ParaSLSTMForCausalLM(
@@ -281,8 +241,7 @@ class ParaSLSTMForCausalLM(
         cls, vllm_config: VllmConfig
     ) -> tuple[torch.dtype]:
         return MambaStateDtypeCalculator.paraslstm_state_dtype(
-            vllm_config.model_config.dtype,
-            vllm_config.cache_config.mamba_ssm_cache_dtype,
+            vllm_config.cache_config.mamba_ssm_cache_dtype
         )
 
     @classmethod
@@ -298,38 +257,34 @@ class ParaSLSTMForCausalLM(
     def get_mamba_state_copy_func(cls) -> tuple[MambaStateCopyFunc]:
         return MambaStateCopyFuncCalculator.paraslstm_state_copy_func()
 
-    def _checked_weights(
-        self, weights: Iterable[tuple[str, torch.Tensor]], seen: set[str]
-    ) -> Iterable[tuple[str, torch.Tensor]]:
-        # The loader's own errors name the renamed parameter (or only its
-        # first unknown module) or assert on shapes; these name the tensor
-        # as it is in the pararnn-torch file.
-        expected = _checkpoint_shapes(self.config)
-        start, end = self.model.start_layer, self.model.end_layer
-        for name, weight in weights:
-            if name not in expected:
-                raise ValueError(f"Unexpected weight {name!r} in ParaSLSTM checkpoint")
-            if tuple(weight.shape) != expected[name]:
-                raise ValueError(
-                    f"ParaSLSTM weight {name!r} has shape {tuple(weight.shape)}, "
-                    f"expected {expected[name]} from config.json"
-                )
-            if name in seen:
-                raise ValueError(f"Duplicate weight {name!r} in ParaSLSTM checkpoint")
-            seen.add(name)
-            if name.startswith("blocks.") and not (
-                start <= int(name.split(".")[1]) < end
-            ):
-                continue
-            yield name, weight
-
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> set[str]:
-        seen: set[str] = set()
+        current: tuple[str, torch.Tensor] | None = None
+
+        def tracked(weights: Iterable[tuple[str, torch.Tensor]]):
+            nonlocal current
+            for name, tensor in weights:
+                current = (name, tensor)
+                yield name, tensor
+
         loader = AutoWeightsLoader(self)
-        loaded = loader.load_weights(
-            self._checked_weights(weights, seen), mapper=self.hf_to_vllm_mapper
-        )
-        missing = sorted(set(_checkpoint_shapes(self.config)) - seen)
-        if missing:
-            raise ValueError(f"ParaSLSTM checkpoint is missing weights: {missing}")
+        try:
+            loaded = loader.load_weights(
+                tracked(weights), mapper=self.hf_to_vllm_mapper
+            )
+        except (AssertionError, RuntimeError, ValueError) as e:
+            if current is None:
+                raise
+            # The loaders' messages do not name the tensor; their bare shape
+            # asserts say nothing.
+            name, tensor = current
+            raise ValueError(
+                f"Cannot load {name!r} with shape {tuple(tensor.shape)} from the "
+                f"ParaSLSTM checkpoint: {str(e) or 'wrong shape for this config'}"
+            ) from e
+        # vLLM's own check exempts linear and embedding layers, whose
+        # parameters would stay uninitialized.
+        if missing := {name for name, _ in self.named_parameters()} - loaded:
+            raise ValueError(
+                f"ParaSLSTM checkpoint has no weights for {sorted(missing)}"
+            )
         return loaded

@@ -7,7 +7,7 @@ import torch
 from torch.nn.parameter import Parameter
 
 from vllm.compilation.breakable_cudagraph import eager_break_during_capture
-from vllm.config import CacheConfig, ModelConfig, VllmConfig, get_current_vllm_config
+from vllm.config import CacheConfig, VllmConfig, get_current_vllm_config
 from vllm.distributed import (
     divide,
     get_tensor_model_parallel_rank,
@@ -24,12 +24,10 @@ from vllm.model_executor.layers.mamba.mamba_utils import (
 )
 from vllm.model_executor.layers.mamba.ops.paraslstm import (
     paraslstm_scan,
-    paraslstm_scan_warmup,
     paraslstm_update,
 )
 from vllm.model_executor.layers.quantization import QuantizationConfig
 from vllm.model_executor.utils import set_weight_attrs
-from vllm.platforms import current_platform
 from vllm.utils.torch_utils import (
     LayerNameType,
     _encode_layer_name,
@@ -41,20 +39,12 @@ from vllm.v1.attention.backends.registry import MambaAttentionBackendEnum
 from vllm.v1.kv_cache_interface import KVCacheSpec, MambaSpec
 
 
-# --8<-- [start:paraslstm_mixer]
 @PluggableLayer.register("paraslstm_mixer")
 class ParaSLSTMMixer(MambaBase, PluggableLayer):
-    """sLSTM recurrence of a ParaSLSTM block (Beck et al., 2024).
-
-    Per sequence the state page is `(4, d)` with slots `(c, n, m, h)`. The
-    input projection gives the gate pre-activations `(i, f, z, o)`, the
-    recurrent weights add `R h_prev` (one weight per channel for
-    `mix="diag"`, a dense block per head for `mix="head"`), and `h` is the
-    layer output. Channels (or whole heads) are sharded over tensor-parallel
-    ranks; the output is gathered back to the full width.
+    """sLSTM recurrence of a ParaSLSTM block, with a `(4, d)` state page
+    `(c, n, m, h)` per sequence. Tensor parallelism shards the channels
+    (whole heads for `mix="head"`) and gathers the output.
     """
-
-    # --8<-- [end:paraslstm_mixer]
 
     def __init__(
         self,
@@ -62,7 +52,6 @@ class ParaSLSTMMixer(MambaBase, PluggableLayer):
         mix: str,
         num_heads: int | None,
         max_recurrent_norm: float | None,
-        model_config: ModelConfig | None = None,
         cache_config: CacheConfig | None = None,
         quant_config: QuantizationConfig | None = None,
         prefix: str = "",
@@ -73,9 +62,6 @@ class ParaSLSTMMixer(MambaBase, PluggableLayer):
         self.max_recurrent_norm = max_recurrent_norm
         self.tp_size = get_tensor_model_parallel_world_size()
         self.tp_rank = get_tensor_model_parallel_rank()
-        # ParaSLSTMConfig.verify_tensor_parallel_size has checked that the
-        # heads (mix="head") and channels divide over the ranks.
-        self.num_heads = num_heads
         self.local_size = divide(hidden_size, self.tp_size)
 
         self.in_proj = MergedColumnParallelLinear(
@@ -85,19 +71,18 @@ class ParaSLSTMMixer(MambaBase, PluggableLayer):
             quant_config=quant_config,
             prefix=f"{prefix}.in_proj",
         )
-        state_dtype = self._state_dtype(model_config, cache_config)
+        # The recurrent weights are small: float32 whatever the model dtype.
         if mix == "head":
             assert num_heads is not None
             head_dim = hidden_size // num_heads
-            local_heads = divide(num_heads, self.tp_size)
+            shape = (4, divide(num_heads, self.tp_size), head_dim, head_dim)
             self.R_head = Parameter(
-                torch.empty(4, local_heads, head_dim, head_dim, dtype=state_dtype),
-                requires_grad=False,
+                torch.empty(shape, dtype=torch.float32), requires_grad=False
             )
             set_weight_attrs(self.R_head, {"weight_loader": self._load_recurrent})
         else:
             self.R = Parameter(
-                torch.empty(4, self.local_size, dtype=state_dtype),
+                torch.empty(4, self.local_size, dtype=torch.float32),
                 requires_grad=False,
             )
             set_weight_attrs(self.R, {"weight_loader": self._load_recurrent})
@@ -107,9 +92,7 @@ class ParaSLSTMMixer(MambaBase, PluggableLayer):
             raise ValueError(f"Duplicate layer name: {prefix}")
         compilation_config.static_forward_context[prefix] = self
         self.kv_cache = (torch.tensor([]),)
-        self._prefill_kernels_warmed_up = False
 
-        self.model_config = model_config
         self.cache_config = cache_config
         self.prefix = prefix
 
@@ -118,9 +101,12 @@ class ParaSLSTMMixer(MambaBase, PluggableLayer):
         return self.R_head if self.mix == "head" else self.R
 
     def _load_recurrent(self, param: Parameter, loaded_weight: torch.Tensor) -> None:
-        # Dim 1 is the channel axis for R (4, d) and the head axis for
-        # R_head (4, H, d/H, d/H); both are sharded contiguously by rank.
+        # Dim 1 (channels of R, heads of R_head) is sharded by rank.
         shard = param.shape[1]
+        full = (param.shape[0], shard * self.tp_size, *param.shape[2:])
+        # copy_ would broadcast some wrong shapes silently.
+        if tuple(loaded_weight.shape) != full:
+            raise ValueError(f"expected shape {full}")
         weight = loaded_weight.narrow(1, self.tp_rank * shard, shard)
         if self.max_recurrent_norm is not None:
             weight = weight.clamp(-self.max_recurrent_norm, self.max_recurrent_norm)
@@ -141,28 +127,24 @@ class ParaSLSTMMixer(MambaBase, PluggableLayer):
 
     def forward_impl(self, gates: torch.Tensor, output: torch.Tensor) -> None:
         forward_context: ForwardContext = get_forward_context()
-        attn_metadata_raw = forward_context.attn_metadata
-        if attn_metadata_raw is None:
-            # Profile run: no state pages are bound yet.
-            self._warmup_prefill_kernels(gates.dtype)
-            output.zero_()
-            return
-        assert isinstance(attn_metadata_raw, dict)
-        attn_metadata = attn_metadata_raw.get(self.prefix)
+        attn_metadata = forward_context.attn_metadata
+        if attn_metadata is not None:
+            assert isinstance(attn_metadata, dict)
+            attn_metadata = attn_metadata.get(self.prefix)
         if attn_metadata is None:
+            # Profile run, or this layer has no tokens: no state pages bound.
             output.zero_()
             return
         assert isinstance(attn_metadata, ParaSLSTMAttentionMetadata)
 
         state = self.kv_cache[0]
-        recurrent = self.recurrent_weight
         num_decodes = attn_metadata.num_decode_tokens
         num_prefills = attn_metadata.num_prefill_tokens
         if num_decodes > 0:
             assert attn_metadata.state_indices_tensor_d is not None
             paraslstm_update(
                 gates[:num_decodes],
-                recurrent,
+                self.recurrent_weight,
                 state,
                 attn_metadata.state_indices_tensor_d[:num_decodes, 0],
                 output[:num_decodes],
@@ -174,7 +156,7 @@ class ParaSLSTMMixer(MambaBase, PluggableLayer):
             checkpoint = attn_metadata.checkpoint_meta
             paraslstm_scan(
                 gates[num_decodes:end],
-                recurrent,
+                self.recurrent_weight,
                 state,
                 attn_metadata.query_start_loc_p,
                 attn_metadata.state_indices_tensor_p,
@@ -188,32 +170,16 @@ class ParaSLSTMMixer(MambaBase, PluggableLayer):
                 ),
             )
 
-    def _warmup_prefill_kernels(self, gate_dtype: torch.dtype) -> None:
-        """JIT-compile the prefill kernels in the profile run, so that no
-        request waits for Triton (decode kernels compile at graph capture)."""
-        if self._prefill_kernels_warmed_up or current_platform.is_cpu():
-            return
-        self._prefill_kernels_warmed_up = True
-        paraslstm_scan_warmup(
-            self.recurrent_weight,
-            gate_dtype,
-            self.get_state_dtype()[0],
-            checkpoints=self.cache_config is not None
-            and self.cache_config.mamba_cache_mode == "align",
+    def get_state_dtype(self) -> tuple[torch.dtype]:
+        cache_config = self.cache_config
+        return MambaStateDtypeCalculator.paraslstm_state_dtype(
+            "auto" if cache_config is None else cache_config.mamba_ssm_cache_dtype
         )
 
-    @staticmethod
-    def _state_dtype(
-        model_config: ModelConfig | None, cache_config: CacheConfig | None
-    ) -> torch.dtype:
-        if model_config is None or cache_config is None:
-            return torch.float32
-        return MambaStateDtypeCalculator.paraslstm_state_dtype(
-            model_config.dtype, cache_config.mamba_ssm_cache_dtype
-        )[0]
-
-    def get_state_dtype(self) -> tuple[torch.dtype]:
-        return (self._state_dtype(self.model_config, self.cache_config),)
+    def get_state_shape(self) -> tuple[tuple[int, int]]:
+        return MambaStateShapeCalculator.paraslstm_state_shape(
+            tp_world_size=self.tp_size, hidden_size=self.hidden_size
+        )
 
     def get_kv_cache_spec(self, vllm_config: VllmConfig) -> KVCacheSpec | None:
         spec = super().get_kv_cache_spec(vllm_config)
@@ -223,11 +189,6 @@ class ParaSLSTMMixer(MambaBase, PluggableLayer):
         # (checkpoint_meta), so align mode need not split a prompt there.
         return replace(
             spec, num_prefill_checkpoint_blocks=1, prefill_checkpoint_alignment=1
-        )
-
-    def get_state_shape(self) -> tuple[tuple[int, int]]:
-        return MambaStateShapeCalculator.paraslstm_state_shape(
-            tp_world_size=self.tp_size, hidden_size=self.hidden_size
         )
 
     @property

@@ -35,22 +35,16 @@ class ParaSLSTMAttentionBackend(AttentionBackend):
 
 @dataclass
 class ParaSLSTMAttentionMetadata(BaseMambaAttentionMetadata):
-    # Prefix caching: where each prefill row's state is also checkpointed
-    # inside its chunk (the scan writes it), instead of a split chunk.
+    # Prefix caching: where the scan also writes each prefill row's state
+    # inside its chunk, instead of a split chunk.
     checkpoint_meta: MambaPrefillCheckpointMetadata | None = None
 
 
 class ParaSLSTMAttentionMetadataBuilder(
     BaseMambaAttentionMetadataBuilder[ParaSLSTMAttentionMetadata]
 ):
-    """Decode-first split and state indices of the Mamba base builder, and
-    the prefill checkpoints of prefix caching.
-
-    ParaSLSTM has no convolution state, so the causal-conv1d metadata is
-    not computed.
-    """
-
     metadata_cls = ParaSLSTMAttentionMetadata
+    # No convolution state.
     needs_causal_conv1d_metadata = False
 
     def __init__(

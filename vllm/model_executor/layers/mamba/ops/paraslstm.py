@@ -2,46 +2,32 @@
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
 """ParaSLSTM recurrence ops: decode step and varlen prefill scan.
 
-Gate pre-activations arrive as ``(num_tokens, 4 * d)`` in gate order
-``(i, f, z, o)``; the recurrent weights (clamped) are ``(4, d)`` for
-``mix="diag"`` or ``(4, H, d/H, d/H)`` for ``mix="head"``; state pages are
-``(num_blocks, 4, d)`` with slots ``(c, n, m, h)``, updated in place, and the
-arithmetic is float32. Rows whose state index equals ``null_block_id`` are
-padding: their page is neither read nor written and their output is zero.
-
-Three Triton kernels share one cell: decode, the varlen scan (``R`` on chip),
-and a scan for heads wider than 64 that streams ``R`` from L2 each step. The
-cell works in base-2 units: the gate pre-activations, the recurrent weights
-and ``m`` are scaled on load (``log2(e)``; ``2 log2(e)`` for ``z``,
-``-log2(e)`` for ``o``) so that every exponential is a single ``exp2``;
-``m`` is stored back in natural units. On CPU the public names are the
-torch-native ops of ``ops/cpu/paraslstm.py``.
+Gates are ``(num_tokens, 4 * d)`` pre-activations in order ``(i, f, z, o)``;
+``recurrent`` is ``(4, d)`` (``mix="diag"``) or ``(4, H, d/H, d/H)``
+(``mix="head"``); state pages are ``(num_blocks, 4, d)`` with slots
+``(c, n, m, h)``. The kernels compute in float32 and in base-2 units: gates,
+recurrent weights and ``m`` are scaled on load so each exponential is one
+``exp2``. Rows whose state index is ``null_block_id`` are padding.
 """
-
-import os
 
 import torch
 
-from vllm.model_executor.layers.mamba.ops.paraslstm_checks import (
-    check_scan_args,
-    check_update_args,
-)
 from vllm.platforms import current_platform
 from vllm.triton_utils import tl, triton
 from vllm.v1.attention.backends.utils import NULL_BLOCK_ID
 
-_INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
-# Hardware exp2/reciprocal (flush-to-zero) on CUDA; portable ops elsewhere.
-_FAST_MATH = tl.constexpr(current_platform.is_cuda() and not _INTERPRET)
+# CUDA only: PDL (sm_90+), approximate exp2/rcp in PTX, 3xTF32 dots.
+_USE_PDL = current_platform.is_cuda() and current_platform.has_device_capability(90)
+_FAST_MATH = tl.constexpr(current_platform.is_cuda())
+_DOT_PRECISION = tl.constexpr("tf32x3" if current_platform.is_cuda() else "ieee")
 _LOG2E = tl.constexpr(1.4426950408889634)
 _LN2 = tl.constexpr(0.6931471805599453)
-# Widest head whose four recurrent blocks the scan kernel keeps on chip.
+# Widest head whose four recurrent blocks the scan keeps on chip.
 _MAX_ONCHIP_HEAD_DIM = 64
 
 
 @triton.jit
 def _ptx_f32(x, ASM: tl.constexpr):
-    """One float32 PTX instruction (``$0`` out, ``$1`` in) per element."""
     return tl.inline_asm_elementwise(
         ASM, "=r,r", [x], dtype=tl.float32, is_pure=True, pack=1
     )
@@ -49,25 +35,16 @@ def _ptx_f32(x, ASM: tl.constexpr):
 
 @triton.jit
 def _exp2(x):
-    if _FAST_MATH:  # noqa: SIM108 (a constexpr branch: only one side is compiled)
-        y = _ptx_f32(x, "ex2.approx.ftz.f32 $0, $1;")
-    else:
-        y = tl.exp2(x)
-    return y
+    return _ptx_f32(x, "ex2.approx.ftz.f32 $0, $1;") if _FAST_MATH else tl.exp2(x)
 
 
 @triton.jit
 def _rcp(x):
-    if _FAST_MATH:  # noqa: SIM108 (a constexpr branch: only one side is compiled)
-        y = _ptx_f32(x, "rcp.approx.ftz.f32 $0, $1;")
-    else:
-        y = 1.0 / x
-    return y
+    return _ptx_f32(x, "rcp.approx.ftz.f32 $0, $1;") if _FAST_MATH else 1.0 / x
 
 
 @triton.jit
 def _slstm_cell(a_i, a_f, a_z, a_o, c, n, m):
-    """One stabilized sLSTM update in base-2 units (see module docstring)."""
     m_f = a_f + m
     m_new = tl.maximum(m_f, a_i)
     i = _exp2(a_i - m_new)
@@ -81,18 +58,16 @@ def _slstm_cell(a_i, a_f, a_z, a_o, c, n, m):
 
 @triton.jit
 def _load_gates(p, stride_gate, mask):
-    """The four gate values at ``p + k * stride_gate`` (gate inputs or
-    recurrent weights), as float32 in the cell's base-2 units."""
     a_i = tl.load(p, mask=mask, other=0.0).to(tl.float32) * _LOG2E
     a_f = tl.load(p + stride_gate, mask=mask, other=0.0).to(tl.float32) * _LOG2E
     a_z = tl.load(p + 2 * stride_gate, mask=mask, other=0.0).to(tl.float32)
     a_o = tl.load(p + 3 * stride_gate, mask=mask, other=0.0).to(tl.float32)
+    # tanh(z) = 1 - 2 / (exp(2z) + 1), sigmoid(o) = 1 / (1 + exp(-o))
     return a_i, a_f, a_z * (2.0 * _LOG2E), a_o * -_LOG2E
 
 
 @triton.jit
 def _load_state(s, stride_slot, mask):
-    """``(c, n, m, h)`` of state pages, float32, ``m`` in base-2 units."""
     c = tl.load(s, mask=mask, other=0.0).to(tl.float32)
     n = tl.load(s + stride_slot, mask=mask, other=0.0).to(tl.float32)
     m = tl.load(s + 2 * stride_slot, mask=mask, other=0.0).to(tl.float32)
@@ -110,14 +85,8 @@ def _store_state(s, stride_slot, mask, c, n, m, h):
 
 
 @triton.jit
-def _add_recurrent(a, r, h, HEAD: tl.constexpr, DOT_PRECISION: tl.constexpr):
-    """Pre-activation plus the recurrent term of ``h``: ``r * h`` per channel,
-    or ``h @ r`` with the head's block ``r`` on chip."""
-    if HEAD:  # noqa: SIM108 (a constexpr branch: only one side is compiled)
-        out = tl.dot(h, r, a, input_precision=DOT_PRECISION)
-    else:
-        out = a + r * h
-    return out
+def _add_recurrent(a, r, h, HEAD: tl.constexpr):
+    return tl.dot(h, r, a, input_precision=_DOT_PRECISION) if HEAD else a + r * h
 
 
 @triton.jit
@@ -133,12 +102,9 @@ def _add_recurrent_streamed(
     stride_r_gate,
     stride_r_in,
     BLOCK_K: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
 ):
-    """``pre + h_prev @ R`` for one head, K-chunked: ``h_prev`` read from the
-    rows' state pages (``h_row``: their ``h`` slots, head columns from
-    ``col0``), ``R`` (``r``: the head's block, output columns applied)
-    streamed from memory."""
+    """``pre + h_prev @ R`` of one head in K chunks: ``h_prev`` read from the
+    ``h`` slots of the pages, ``R`` streamed from memory."""
     a_i, a_f, a_z, a_o = pre
     k = tl.arange(0, BLOCK_K)
     for k0 in range(0, cols, BLOCK_K):
@@ -153,25 +119,16 @@ def _add_recurrent_streamed(
             stride_r_gate,
             k_mask[:, None] & ch_mask[None, :],
         )
-        a_i = tl.dot(h_k, r_i, a_i, input_precision=DOT_PRECISION)
-        a_f = tl.dot(h_k, r_f, a_f, input_precision=DOT_PRECISION)
-        a_z = tl.dot(h_k, r_z, a_z, input_precision=DOT_PRECISION)
-        a_o = tl.dot(h_k, r_o, a_o, input_precision=DOT_PRECISION)
+        a_i = tl.dot(h_k, r_i, a_i, input_precision=_DOT_PRECISION)
+        a_f = tl.dot(h_k, r_f, a_f, input_precision=_DOT_PRECISION)
+        a_z = tl.dot(h_k, r_z, a_z, input_precision=_DOT_PRECISION)
+        a_o = tl.dot(h_k, r_o, a_o, input_precision=_DOT_PRECISION)
     return a_i, a_f, a_z, a_o
 
 
 @triton.jit
-def _tile(
-    rows,
-    row_mask,
-    idx_ptr,
-    d,
-    cols,
-    null_block_id,
-    BLOCK_D: tl.constexpr,
-):
-    """Channels of this program (``cols`` from ``program_id(1) * cols``; a
-    head for ``mix="head"``) and the state pages of its rows."""
+def _tile(rows, row_mask, idx_ptr, d, cols, null_block_id, BLOCK_D: tl.constexpr):
+    """This program's channels (a head for ``mix="head"``) and row pages."""
     e = tl.arange(0, BLOCK_D)
     ch = tl.program_id(1) * cols + e
     ch_mask = (e < cols) & (ch < d)
@@ -181,7 +138,14 @@ def _tile(
     return e, ch, ch_mask, pages, valid
 
 
-@triton.jit(do_not_specialize=["batch", "stride_s_blk", "stride_s_slot"])
+# Runtime values that vary between launches of one compiled variant.
+_VARYING = ["num_seqs", "stride_s_blk", "stride_s_slot"]
+_VARYING_ALIGNMENT = ["qsl_ptr", "idx_ptr", "init_ptr", "ckpt_off_ptr", "ckpt_idx_ptr"]
+
+
+@triton.jit(
+    do_not_specialize=_VARYING, do_not_specialize_on_alignment=_VARYING_ALIGNMENT
+)
 def _paraslstm_update_kernel(
     gates_ptr,
     rec_ptr,
@@ -190,7 +154,7 @@ def _paraslstm_update_kernel(
     idx_ptr,
     init_ptr,
     out_ptr,
-    batch,
+    num_seqs,
     d,
     cols,
     stride_g_tok,
@@ -209,14 +173,12 @@ def _paraslstm_update_kernel(
     BLOCK_B: tl.constexpr,
     BLOCK_D: tl.constexpr,
     BLOCK_K: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
     USE_PDL: tl.constexpr,
 ):
-    """One step for ``BLOCK_B`` rows x ``BLOCK_D`` channels (one head)."""
     if USE_PDL:
         tl.extra.cuda.gdc_wait()
     rows = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
-    row_mask = rows < batch
+    row_mask = rows < num_seqs
     e, ch, ch_mask, pages, valid = _tile(
         rows, row_mask, idx_ptr, d, cols, null_block_id, BLOCK_D
     )
@@ -243,16 +205,12 @@ def _paraslstm_update_kernel(
             stride_r_gate,
             stride_r_in,
             BLOCK_K,
-            DOT_PRECISION,
         )
     else:
         r_i, r_f, r_z, r_o = _load_gates(
             rec_ptr + ch[None, :] * stride_r_out, stride_r_gate, ch_mask[None, :]
         )
-        a_i = _add_recurrent(a_i, r_i, h, HEAD, DOT_PRECISION)
-        a_f = _add_recurrent(a_f, r_f, h, HEAD, DOT_PRECISION)
-        a_z = _add_recurrent(a_z, r_z, h, HEAD, DOT_PRECISION)
-        a_o = _add_recurrent(a_o, r_o, h, HEAD, DOT_PRECISION)
+        a_i, a_f, a_z, a_o = a_i + r_i * h, a_f + r_f * h, a_z + r_z * h, a_o + r_o * h
 
     c, n, m, h = _slstm_cell(a_i, a_f, a_z, a_o, c, n, m)
     _store_state(s, stride_s_slot, smask, c, n, m, h)
@@ -261,72 +219,9 @@ def _paraslstm_update_kernel(
 
 
 @triton.jit
-def _scan_setup(
-    gates_ptr,
-    state_ptr,
-    qsl_ptr,
-    idx_ptr,
-    init_ptr,
-    out_ptr,
-    num_seqs,
-    d,
-    cols,
-    stride_g_tok,
-    stride_g_ch,
-    stride_s_blk,
-    stride_s_slot,
-    stride_s_ch,
-    stride_o_tok,
-    stride_o_ch,
-    null_block_id,
-    ckpt_off_ptr,
-    ckpt_idx_ptr,
-    HAS_INIT: tl.constexpr,
-    HAS_CKPT: tl.constexpr,
-    BLOCK_B: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-):
-    """A scan program's sequences and channels: their state pages (``s``)
-    and initial states, a pointer to their first token's gates, the 64-bit
-    gate token stride (``t * stride`` may pass 2**31), and the step context
-    that ``_commit_step`` takes (output pointer and stride, lengths, masks,
-    and each row's checkpoint: the step count after which its state also
-    goes to a checkpoint page, 0 for none)."""
-    seqs = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
-    seq_mask = seqs < num_seqs
-    starts = tl.load(qsl_ptr + seqs, mask=seq_mask, other=0)
-    lens = tl.load(qsl_ptr + seqs + 1, mask=seq_mask, other=0) - starts
-    lens = tl.where(seq_mask, lens, 0)
-    e, ch, ch_mask, pages, valid = _tile(
-        seqs, seq_mask, idx_ptr, d, cols, null_block_id, BLOCK_D
-    )
-    init = valid
-    if HAS_INIT:
-        init = init & (tl.load(init_ptr + seqs, mask=seq_mask, other=0) != 0)
-    s = state_ptr + pages[:, None] * stride_s_blk + ch[None, :] * stride_s_ch
-    carry = _load_state(s, stride_s_slot, init[:, None] & ch_mask[None, :])
-    stride_g_tok = stride_g_tok.to(tl.int64)
-    stride_o_tok = stride_o_tok.to(tl.int64)
-    first = starts.to(tl.int64)[:, None]
-    g = gates_ptr + first * stride_g_tok + ch[None, :] * stride_g_ch
-    o = out_ptr + first * stride_o_tok + ch[None, :] * stride_o_ch
-    ckpt = tl.zeros_like(lens)
-    sc = s
-    if HAS_CKPT:
-        ckpt_pages = tl.load(ckpt_idx_ptr + seqs, mask=seq_mask, other=null_block_id)
-        ckpt_pages = ckpt_pages.to(tl.int64)
-        ckpt = tl.load(ckpt_off_ptr + seqs, mask=seq_mask, other=0)
-        ckpt = tl.where(valid & (ckpt_pages != null_block_id), ckpt, 0)
-        sc = state_ptr + ckpt_pages[:, None] * stride_s_blk + ch[None, :] * stride_s_ch
-    ctx = (o, stride_o_tok, lens, valid, ch_mask, ckpt, sc, stride_s_slot)
-    return e, ch, pages, s, carry, g, stride_g_tok, ctx
-
-
-@triton.jit
 def _commit_step(new, carry, t, ctx, HAS_CKPT: tl.constexpr):
-    """Step ``t``'s new state for the rows that are that long (the others
-    keep theirs); writes its ``h`` (zero for padding rows), and the state of
-    the rows whose checkpoint is this step to their checkpoint pages."""
+    """Step ``t``'s state for the rows that are that long; writes ``h`` (zero
+    for padding rows) and the checkpoints taken at this step."""
     o, stride_o_tok, lens, valid, ch_mask, ckpt, sc, stride_s_slot = ctx
     c_new, n_new, m_new, h_new = new
     c, n, m, h = carry
@@ -346,45 +241,26 @@ def _commit_step(new, carry, t, ctx, HAS_CKPT: tl.constexpr):
 
 @triton.jit
 def _scan_load(g, t, stride_g_tok, stride_gate, lens, ch_mask):
-    """Gate pre-activations of step ``t`` of every row (zeros past its end)."""
     mask = (t < lens)[:, None] & ch_mask[None, :]
     return _load_gates(g + t * stride_g_tok, stride_gate, mask)
 
 
 @triton.jit
-def _scan_step(
-    pre,
-    t,
-    rec,
-    carry,
-    ctx,
-    HEAD: tl.constexpr,
-    HAS_CKPT: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
-):
-    """Step ``t`` of every row that is that long; writes its ``h``."""
+def _scan_step(pre, t, rec, carry, ctx, HEAD: tl.constexpr, HAS_CKPT: tl.constexpr):
     a_i, a_f, a_z, a_o = pre
     r_i, r_f, r_z, r_o = rec
-    c, n, m, h = carry
-    a_i = _add_recurrent(a_i, r_i, h, HEAD, DOT_PRECISION)
-    a_f = _add_recurrent(a_f, r_f, h, HEAD, DOT_PRECISION)
-    a_z = _add_recurrent(a_z, r_z, h, HEAD, DOT_PRECISION)
-    a_o = _add_recurrent(a_o, r_o, h, HEAD, DOT_PRECISION)
-    new = _slstm_cell(a_i, a_f, a_z, a_o, c, n, m)
+    h = carry[3]
+    a_i = _add_recurrent(a_i, r_i, h, HEAD)
+    a_f = _add_recurrent(a_f, r_f, h, HEAD)
+    a_z = _add_recurrent(a_z, r_z, h, HEAD)
+    a_o = _add_recurrent(a_o, r_o, h, HEAD)
+    new = _slstm_cell(a_i, a_f, a_z, a_o, carry[0], carry[1], carry[2])
     return _commit_step(new, carry, t, ctx, HAS_CKPT)
 
 
-# The scan kernels' runtime arguments that vary between launches of one
-# variant: no specialization on their values or alignment.
-_SCAN_JIT_OPTIONS = dict(
-    do_not_specialize=["num_seqs", "stride_s_blk", "stride_s_slot"],
-    do_not_specialize_on_alignment=[
-        "qsl_ptr", "idx_ptr", "init_ptr", "ckpt_off_ptr", "ckpt_idx_ptr"
-    ],
-)  # fmt: skip
-
-
-@triton.jit(**_SCAN_JIT_OPTIONS)
+@triton.jit(
+    do_not_specialize=_VARYING, do_not_specialize_on_alignment=_VARYING_ALIGNMENT
+)
 def _paraslstm_scan_kernel(
     gates_ptr,
     rec_ptr,
@@ -413,219 +289,99 @@ def _paraslstm_scan_kernel(
     HAS_INIT: tl.constexpr,
     HAS_CKPT: tl.constexpr,
     HEAD: tl.constexpr,
-    BLOCK_B: tl.constexpr,
-    BLOCK_D: tl.constexpr,
-    UNROLL: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
-):
-    """The time loops of ``BLOCK_B`` sequences x ``BLOCK_D`` channels (one
-    head), state in registers. The gates of the next ``UNROLL`` steps are
-    loaded while the current ``UNROLL`` steps compute, so no load sits on
-    the step-to-step dependency chain."""
-    e, ch, pages, s, carry, g, stride_g_tok, ctx = _scan_setup(
-        gates_ptr,
-        state_ptr,
-        qsl_ptr,
-        idx_ptr,
-        init_ptr,
-        out_ptr,
-        num_seqs,
-        d,
-        cols,
-        stride_g_tok,
-        stride_g_ch,
-        stride_s_blk,
-        stride_s_slot,
-        stride_s_ch,
-        stride_o_tok,
-        stride_o_ch,
-        null_block_id,
-        ckpt_off_ptr,
-        ckpt_idx_ptr,
-        HAS_INIT,
-        HAS_CKPT,
-        BLOCK_B,
-        BLOCK_D,
-    )
-    lens, valid, ch_mask = ctx[2], ctx[3], ctx[4]
-    if HEAD:
-        r = rec_ptr + tl.program_id(1) * stride_r_head
-        r += e[:, None] * stride_r_in + e[None, :] * stride_r_out
-        rec = _load_gates(r, stride_r_gate, ch_mask[:, None] & ch_mask[None, :])
-    else:
-        r = rec_ptr + ch[None, :] * stride_r_out
-        rec = _load_gates(r, stride_r_gate, ch_mask[None, :])
-
-    sg = d * stride_g_ch
-    p0 = _scan_load(g, 0, stride_g_tok, sg, lens, ch_mask)
-    if UNROLL > 1:
-        p1 = _scan_load(g, 1, stride_g_tok, sg, lens, ch_mask)
-    if UNROLL > 2:
-        p2 = _scan_load(g, 2, stride_g_tok, sg, lens, ch_mask)
-        p3 = _scan_load(g, 3, stride_g_tok, sg, lens, ch_mask)
-    if UNROLL > 4:
-        p4 = _scan_load(g, 4, stride_g_tok, sg, lens, ch_mask)
-        p5 = _scan_load(g, 5, stride_g_tok, sg, lens, ch_mask)
-        p6 = _scan_load(g, 6, stride_g_tok, sg, lens, ch_mask)
-        p7 = _scan_load(g, 7, stride_g_tok, sg, lens, ch_mask)
-    for t in range(0, tl.max(lens, axis=0), UNROLL):
-        u = t + UNROLL
-        q0 = _scan_load(g, u, stride_g_tok, sg, lens, ch_mask)
-        if UNROLL > 1:
-            q1 = _scan_load(g, u + 1, stride_g_tok, sg, lens, ch_mask)
-        if UNROLL > 2:
-            q2 = _scan_load(g, u + 2, stride_g_tok, sg, lens, ch_mask)
-            q3 = _scan_load(g, u + 3, stride_g_tok, sg, lens, ch_mask)
-        if UNROLL > 4:
-            q4 = _scan_load(g, u + 4, stride_g_tok, sg, lens, ch_mask)
-            q5 = _scan_load(g, u + 5, stride_g_tok, sg, lens, ch_mask)
-            q6 = _scan_load(g, u + 6, stride_g_tok, sg, lens, ch_mask)
-            q7 = _scan_load(g, u + 7, stride_g_tok, sg, lens, ch_mask)
-        carry = _scan_step(p0, t, rec, carry, ctx, HEAD, HAS_CKPT, DOT_PRECISION)
-        p0 = q0
-        if UNROLL > 1:
-            carry = _scan_step(
-                p1, t + 1, rec, carry, ctx, HEAD, HAS_CKPT, DOT_PRECISION
-            )
-            p1 = q1
-        if UNROLL > 2:
-            carry = _scan_step(
-                p2, t + 2, rec, carry, ctx, HEAD, HAS_CKPT, DOT_PRECISION
-            )
-            carry = _scan_step(
-                p3, t + 3, rec, carry, ctx, HEAD, HAS_CKPT, DOT_PRECISION
-            )
-            p2 = q2
-            p3 = q3
-        if UNROLL > 4:
-            carry = _scan_step(
-                p4, t + 4, rec, carry, ctx, HEAD, HAS_CKPT, DOT_PRECISION
-            )
-            carry = _scan_step(
-                p5, t + 5, rec, carry, ctx, HEAD, HAS_CKPT, DOT_PRECISION
-            )
-            carry = _scan_step(
-                p6, t + 6, rec, carry, ctx, HEAD, HAS_CKPT, DOT_PRECISION
-            )
-            carry = _scan_step(
-                p7, t + 7, rec, carry, ctx, HEAD, HAS_CKPT, DOT_PRECISION
-            )
-            p4 = q4
-            p5 = q5
-            p6 = q6
-            p7 = q7
-
-    c, n, m, h = carry
-    _store_state(s, stride_s_slot, valid[:, None] & ch_mask[None, :], c, n, m, h)
-
-
-@triton.jit(**_SCAN_JIT_OPTIONS)
-def _paraslstm_scan_wide_kernel(
-    gates_ptr,
-    rec_ptr,
-    state_ptr,
-    qsl_ptr,
-    idx_ptr,
-    init_ptr,
-    out_ptr,
-    num_seqs,
-    d,
-    cols,
-    stride_g_tok,
-    stride_g_ch,
-    stride_r_gate,
-    stride_r_head,
-    stride_r_in,
-    stride_r_out,
-    stride_s_blk,
-    stride_s_slot,
-    stride_s_ch,
-    stride_o_tok,
-    stride_o_ch,
-    null_block_id,
-    ckpt_off_ptr,
-    ckpt_idx_ptr,
-    HAS_INIT: tl.constexpr,
-    HAS_CKPT: tl.constexpr,
+    WIDE: tl.constexpr,
     BLOCK_B: tl.constexpr,
     BLOCK_D: tl.constexpr,
     BLOCK_K: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
+    UNROLL: tl.constexpr,
 ):
-    """The scan for heads whose recurrent blocks do not fit on chip: each
-    step publishes ``h`` to its page and the ``h @ R`` products run
-    K-chunked, streaming ``R`` from L2."""
-    e, ch, pages, s, carry, g, stride_g_tok, ctx = _scan_setup(
-        gates_ptr,
-        state_ptr,
-        qsl_ptr,
-        idx_ptr,
-        init_ptr,
-        out_ptr,
-        num_seqs,
-        d,
-        cols,
-        stride_g_tok,
-        stride_g_ch,
-        stride_s_blk,
-        stride_s_slot,
-        stride_s_ch,
-        stride_o_tok,
-        stride_o_ch,
-        null_block_id,
-        ckpt_off_ptr,
-        ckpt_idx_ptr,
-        HAS_INIT,
-        HAS_CKPT,
-        BLOCK_B,
-        BLOCK_D,
+    """The time loops of ``BLOCK_B`` sequences x ``BLOCK_D`` channels (one
+    head), with the state in registers."""
+    seqs = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
+    seq_mask = seqs < num_seqs
+    starts = tl.load(qsl_ptr + seqs, mask=seq_mask, other=0)
+    lens = tl.load(qsl_ptr + seqs + 1, mask=seq_mask, other=0) - starts
+    lens = tl.where(seq_mask, lens, 0)
+    e, ch, ch_mask, pages, valid = _tile(
+        seqs, seq_mask, idx_ptr, d, cols, null_block_id, BLOCK_D
     )
-    lens, valid, ch_mask = ctx[2], ctx[3], ctx[4]
     smask = valid[:, None] & ch_mask[None, :]
-    col0 = tl.program_id(1) * cols
-    h_row = state_ptr + pages[:, None] * stride_s_blk + 3 * stride_s_slot
-    r = rec_ptr + tl.program_id(1) * stride_r_head + e[None, :] * stride_r_out
-    sty = state_ptr.dtype.element_ty
-    for t in range(0, tl.max(lens, axis=0)):
-        a_i, a_f, a_z, a_o = _scan_load(
-            g, t, stride_g_tok, d * stride_g_ch, lens, ch_mask
-        )
-        tl.store(s + 3 * stride_s_slot, carry[3].to(sty), mask=smask)
-        tl.debug_barrier()
-        a_i, a_f, a_z, a_o = _add_recurrent_streamed(
-            (a_i, a_f, a_z, a_o),
-            h_row,
-            r,
-            col0,
-            cols,
-            valid,
-            ch_mask,
-            stride_s_ch,
-            stride_r_gate,
-            stride_r_in,
-            BLOCK_K,
-            DOT_PRECISION,
-        )
-        tl.debug_barrier()
-        c, n, m = carry[0], carry[1], carry[2]
-        new = _slstm_cell(a_i, a_f, a_z, a_o, c, n, m)
-        carry = _commit_step(new, carry, t, ctx, HAS_CKPT)
+    init = valid & HAS_INIT
+    if HAS_INIT:
+        init = init & (tl.load(init_ptr + seqs, mask=seq_mask, other=0) != 0)
+    s = state_ptr + pages[:, None] * stride_s_blk + ch[None, :] * stride_s_ch
+    carry = _load_state(s, stride_s_slot, init[:, None] & ch_mask[None, :])
+    # 64-bit token strides: t * stride may pass 2**31.
+    stride_g_tok = stride_g_tok.to(tl.int64)
+    stride_o_tok = stride_o_tok.to(tl.int64)
+    first = starts.to(tl.int64)[:, None]
+    g = gates_ptr + first * stride_g_tok + ch[None, :] * stride_g_ch
+    o = out_ptr + first * stride_o_tok + ch[None, :] * stride_o_ch
+    # ckpt: the step after which a row's state also goes to its checkpoint
+    # page (0: none).
+    ckpt = tl.zeros_like(lens)
+    sc = s
+    if HAS_CKPT:
+        ckpt_pages = tl.load(ckpt_idx_ptr + seqs, mask=seq_mask, other=null_block_id)
+        ckpt_pages = ckpt_pages.to(tl.int64)
+        ckpt = tl.load(ckpt_off_ptr + seqs, mask=seq_mask, other=0)
+        ckpt = tl.where(valid & (ckpt_pages != null_block_id), ckpt, 0)
+        sc = state_ptr + ckpt_pages[:, None] * stride_s_blk + ch[None, :] * stride_s_ch
+    ctx = (o, stride_o_tok, lens, valid, ch_mask, ckpt, sc, stride_s_slot)
+    sg = d * stride_g_ch
+
+    if WIDE:
+        # Heads whose recurrent blocks do not fit on chip: each step
+        # publishes h to the pages and streams R in K chunks.
+        h_row = state_ptr + pages[:, None] * stride_s_blk + 3 * stride_s_slot
+        r = rec_ptr + tl.program_id(1) * stride_r_head + e[None, :] * stride_r_out
+        sty = state_ptr.dtype.element_ty
+        for t in range(0, tl.max(lens, axis=0)):
+            pre = _scan_load(g, t, stride_g_tok, sg, lens, ch_mask)
+            tl.store(s + 3 * stride_s_slot, carry[3].to(sty), mask=smask)
+            tl.debug_barrier()
+            a_i, a_f, a_z, a_o = _add_recurrent_streamed(
+                pre,
+                h_row,
+                r,
+                tl.program_id(1) * cols,
+                cols,
+                valid,
+                ch_mask,
+                stride_s_ch,
+                stride_r_gate,
+                stride_r_in,
+                BLOCK_K,
+            )
+            tl.debug_barrier()
+            new = _slstm_cell(a_i, a_f, a_z, a_o, carry[0], carry[1], carry[2])
+            carry = _commit_step(new, carry, t, ctx, HAS_CKPT)
+    else:
+        if HEAD:
+            r = rec_ptr + tl.program_id(1) * stride_r_head
+            r += e[:, None] * stride_r_in + e[None, :] * stride_r_out
+            rec = _load_gates(r, stride_r_gate, ch_mask[:, None] & ch_mask[None, :])
+        else:
+            r = rec_ptr + ch[None, :] * stride_r_out
+            rec = _load_gates(r, stride_r_gate, ch_mask[None, :])
+        # The gates of the next UNROLL steps load while the current compute.
+        pre = ()
+        for u in tl.static_range(UNROLL):
+            pre = pre + (_scan_load(g, u, stride_g_tok, sg, lens, ch_mask),)
+        for t in range(0, tl.max(lens, axis=0), UNROLL):
+            for u in tl.static_range(UNROLL):
+                q = _scan_load(g, t + UNROLL + u, stride_g_tok, sg, lens, ch_mask)
+                pre = pre + (q,)
+            for u in tl.static_range(UNROLL):
+                carry = _scan_step(pre[u], t + u, rec, carry, ctx, HEAD, HAS_CKPT)
+            pre = pre[UNROLL:]
 
     c, n, m, h = carry
     _store_state(s, stride_s_slot, smask, c, n, m, h)
 
 
-def _use_pdl(device: torch.device) -> bool:
-    """Programmatic dependent launch (sm_90+): a decode launch overlaps the
-    previous kernel's tail and waits for it before any load."""
-    if _INTERPRET or device.type != "cuda":
-        return False
-    return current_platform.has_device_capability(90, device.index or 0)
-
-
 def _launch(
     kernel,
-    grid: tuple[int, int],
     gates: torch.Tensor,
     recurrent: torch.Tensor,
     state: torch.Tensor,
@@ -633,17 +389,20 @@ def _launch(
     state_indices: torch.Tensor,
     init: torch.Tensor,
     out: torch.Tensor,
-    rows: int,
-    cols: int,
+    num_seqs: int,
     null_block_id: int,
+    config: dict,
     **meta,
 ) -> None:
-    """Launch one of the kernels (they share their runtime arguments)."""
+    d = state.shape[-1]
+    rec_strides: tuple[int, ...]
     if recurrent.dim() == 2:
         rec_strides = (recurrent.stride(0), 0, 0, recurrent.stride(1))
+        cols = config["BLOCK_D"]
     else:
         rec_strides = recurrent.stride()
-    meta.setdefault("DOT_PRECISION", "ieee" if _INTERPRET else "tf32x3")
+        cols = recurrent.shape[2]
+    grid = (triton.cdiv(num_seqs, config["BLOCK_B"]), triton.cdiv(d, cols))
     kernel[grid](
         gates,
         recurrent,
@@ -652,14 +411,15 @@ def _launch(
         state_indices,
         init,
         out,
-        rows,
-        state.shape[-1],
+        num_seqs,
+        d,
         cols,
         *gates.stride(),
         *rec_strides,
         *state.stride(),
         *out.stride(),
         null_block_id,
+        **config,
         **meta,
     )
 
@@ -668,29 +428,56 @@ def _head_block(head_dim: int) -> int:
     return max(16, triton.next_power_of_2(head_dim))
 
 
-def _update_diag_config(batch: int, d: int, elem_size: int) -> tuple[int, int]:
-    """``(BLOCK_D, num_warps)`` of the diag decode: many small programs keep
-    the most loads in flight; single-warp programs when few."""
+def _update_config(num_seqs: int, recurrent: torch.Tensor, elem_size: int) -> dict:
+    """Launch configuration of the decode kernel, measured on an H200."""
+    if recurrent.dim() == 4:
+        head_dim = recurrent.shape[2]
+        few = triton.cdiv(num_seqs, 16) * recurrent.shape[1] < 264
+        # (wider K chunks of heads over 128 exceed the shared memory)
+        block_k = 32 if few and head_dim <= 128 else 16
+        return dict(
+            BLOCK_B=16,
+            BLOCK_D=_head_block(head_dim),
+            BLOCK_K=min(block_k, _head_block(head_dim)),
+            num_warps=4 if head_dim <= 128 else 8,
+        )
+    # Many small programs keep the most loads in flight.
+    d = recurrent.shape[1]
     block_d = min(128, max(32, triton.next_power_of_2(d)))
-    programs = batch * triton.cdiv(d, block_d)
-    if programs < 512 or elem_size < 4:
-        return block_d, 1
-    if programs >= 16384:
-        return 2 * block_d, 4
-    return block_d, block_d // 32
+    programs = num_seqs * triton.cdiv(d, block_d)
+    num_warps = 1
+    if programs >= 16384 and elem_size == 4:
+        block_d, num_warps = 2 * block_d, 4
+    elif programs >= 512 and elem_size == 4:
+        num_warps = block_d // 32
+    return dict(BLOCK_B=1, BLOCK_D=block_d, BLOCK_K=16, num_warps=num_warps)
 
 
-def _scan_diag_config(num_seqs: int, d: int, elem_size: int) -> tuple[int, int, int]:
-    """``(BLOCK_D, UNROLL, num_warps)`` of the diag scan, as measured on an
-    H200: few sequences take one or two channels per thread (the shortest
-    step chain, the most programs); many take wider programs, whose gate
-    loads are wider."""
-    programs = num_seqs * triton.cdiv(d, 64)
+def _scan_config(num_seqs: int, recurrent: torch.Tensor, elem_size: int) -> dict:
+    """Launch configuration of the scan kernel, measured on an H200."""
+    if recurrent.dim() == 4:
+        block_h = _head_block(recurrent.shape[2])
+        if recurrent.shape[2] > _MAX_ONCHIP_HEAD_DIM:
+            wide, unroll, num_warps = True, 1, (8 if block_h <= 128 else 16)
+        else:
+            wide, unroll, num_warps = False, 2, (4 if block_h <= 32 else 8)
+        return dict(
+            WIDE=wide, BLOCK_B=16, BLOCK_D=block_h, BLOCK_K=16, UNROLL=unroll,
+            num_warps=num_warps,
+        )  # fmt: skip
+    # Few sequences: one or two channels per thread (the shortest step chain,
+    # the most programs); many: wider programs, with wider gate loads.
+    programs = num_seqs * triton.cdiv(recurrent.shape[1], 64)
     if programs < 264:
-        return (32 if elem_size < 4 else 64), 8, 1
-    if programs <= 1024:
-        return (64 if elem_size < 4 else 128), 8, 2
-    return (64, 8, 1) if elem_size < 4 else (128, 4, 1)
+        block_d, unroll, num_warps = (32 if elem_size < 4 else 64), 8, 1
+    elif programs <= 1024:
+        block_d, unroll, num_warps = (64 if elem_size < 4 else 128), 8, 2
+    else:
+        block_d, unroll, num_warps = (64, 8, 1) if elem_size < 4 else (128, 4, 1)
+    return dict(
+        WIDE=False, BLOCK_B=1, BLOCK_D=block_d, BLOCK_K=16, UNROLL=unroll,
+        num_warps=num_warps,
+    )  # fmt: skip
 
 
 def paraslstm_update(
@@ -701,47 +488,29 @@ def paraslstm_update(
     out: torch.Tensor,
     null_block_id: int = NULL_BLOCK_ID,
     *,
-    block_d: int | None = None,
-    num_warps: int | None = None,
+    config: dict | None = None,
 ) -> None:
     """Decode: one step for each of ``B`` sequences, state updated in place.
 
-    CUDA-graph safe: no host synchronization, no allocation, and a launch
-    grid that depends only on ``B`` and ``d``.
-
     Args:
-        gates: ``(B, 4 * d)`` input pre-activations, float32/bfloat16/float16.
+        gates: ``(B, 4 * d)`` input pre-activations.
         recurrent: ``(4, d)`` or ``(4, H, d/H, d/H)`` clamped weights.
         state: ``(num_blocks, 4, d)`` state pages.
         state_indices: ``(B,)`` int32 page of each row; ``null_block_id``
             marks padding rows (state untouched, output row zeroed).
-        out: ``(B, d)`` receives ``h``, in its own dtype.
+        out: ``(B, d)`` receives ``h``.
         null_block_id: state index that marks padding rows.
-        block_d: channels per program (diag; tuning override).
-        num_warps: warps per program (tuning override).
+        config: launch configuration overriding the heuristic (tuning).
 
     """
-    d = check_update_args(gates, recurrent, state, state_indices, out)
-    batch = gates.shape[0]
-    if batch == 0:
+    num_seqs, d = gates.shape[0], state.shape[-1]
+    assert gates.shape[1] == 4 * d and out.shape == (num_seqs, d)
+    assert recurrent.shape[0] == 4 and state_indices.shape == (num_seqs,)
+    if num_seqs == 0:
         return
-    pdl = _use_pdl(gates.device)
-    if recurrent.dim() == 2:
-        cfg_block, cfg_warps = _update_diag_config(batch, d, gates.element_size())
-        block_b, cols, block_k = 1, block_d or cfg_block, 16
-        grid = (batch, triton.cdiv(d, cols))
-        num_warps = num_warps or cfg_warps
-    else:
-        num_heads, cols = recurrent.shape[1], recurrent.shape[2]
-        block_b = 16
-        few = triton.cdiv(batch, block_b) * num_heads < 264
-        # (wider K chunks of heads over 128 exceed the shared memory)
-        block_k = 32 if few and cols <= 128 else 16
-        grid = (triton.cdiv(batch, block_b), num_heads)
-        num_warps = num_warps or (4 if cols <= 128 else 8)
+    cfg = _update_config(num_seqs, recurrent, gates.element_size())
     _launch(
         _paraslstm_update_kernel,
-        grid,
         gates,
         recurrent,
         state,
@@ -749,16 +518,12 @@ def paraslstm_update(
         state_indices,
         state_indices,
         out,
-        batch,
-        cols,
+        num_seqs,
         null_block_id,
+        {**cfg, **(config or {})},
         HEAD=recurrent.dim() == 4,
-        BLOCK_B=block_b,
-        BLOCK_D=cols if recurrent.dim() == 2 else _head_block(cols),
-        BLOCK_K=min(block_k, _head_block(cols)),
-        USE_PDL=pdl,
-        num_warps=num_warps,
-        launch_pdl=pdl,
+        USE_PDL=_USE_PDL,
+        launch_pdl=_USE_PDL,
     )
 
 
@@ -774,19 +539,12 @@ def paraslstm_scan(
     *,
     checkpoint_offsets: torch.Tensor | None = None,
     checkpoint_state_indices: torch.Tensor | None = None,
-    block_d: int | None = None,
-    unroll: int | None = None,
-    num_warps: int | None = None,
+    config: dict | None = None,
 ) -> None:
-    """Varlen prefill over packed sequences, final state written in place.
-
-    One program per (sequence, block of channels) for ``mix="diag"`` and per
-    (16 sequences, head) for ``mix="head"``, each running the time loop of
-    its sequences.
+    """Varlen prefill over packed sequences, final states written in place.
 
     Args:
-        gates: ``(num_tokens, 4 * d)`` packed input pre-activations,
-            float32/bfloat16/float16.
+        gates: ``(num_tokens, 4 * d)`` packed input pre-activations.
         recurrent: ``(4, d)`` or ``(4, H, d/H, d/H)`` clamped weights.
         state: ``(num_blocks, 4, d)`` state pages.
         query_start_loc: ``(B + 1,)`` int32 token offsets of the sequences.
@@ -797,39 +555,24 @@ def paraslstm_scan(
         null_block_id: state index that marks padding sequences.
         checkpoint_offsets: ``(B,)`` int32; a sequence with ``k > 0`` also
             writes its state after its first ``k`` tokens to the page
-            ``checkpoint_state_indices[b]`` (prefix caching's checkpoint
-            inside the chunk; 0 or a ``null_block_id`` page: none).
+            ``checkpoint_state_indices[b]`` (``null_block_id``: none).
         checkpoint_state_indices: ``(B,)`` int32 checkpoint pages.
-        block_d: channels per program (diag; tuning override).
-        unroll: steps whose gates are loaded ahead (1, 2, 4 or 8; tuning
-            override).
-        num_warps: warps per program (tuning override).
+        config: launch configuration overriding the heuristic (tuning).
 
     """
-    d, num_seqs = check_scan_args(
-        gates,
-        recurrent,
-        state,
-        query_start_loc,
-        state_indices,
-        has_initial_state,
-        out,
-        checkpoint_offsets,
-        checkpoint_state_indices,
-    )
+    num_seqs, d = query_start_loc.shape[0] - 1, state.shape[-1]
+    assert gates.shape[1] == 4 * d and out.shape == (gates.shape[0], d)
+    assert recurrent.shape[0] == 4 and state_indices.shape == (num_seqs,)
+    assert (checkpoint_offsets is None) == (checkpoint_state_indices is None)
     if num_seqs <= 0:
         return
     init = has_initial_state
     if init is not None and init.dtype == torch.bool:
         init = init.view(torch.uint8)
     has_ckpt = checkpoint_offsets is not None
-    ckpt = dict(
-        ckpt_off_ptr=checkpoint_offsets if has_ckpt else state_indices,
-        ckpt_idx_ptr=checkpoint_state_indices if has_ckpt else state_indices,
-        HAS_INIT=init is not None,
-        HAS_CKPT=has_ckpt,
-    )
-    common = (
+    cfg = _scan_config(num_seqs, recurrent, gates.element_size())
+    _launch(
+        _paraslstm_scan_kernel,
         gates,
         recurrent,
         state,
@@ -838,93 +581,56 @@ def paraslstm_scan(
         init if init is not None else state_indices,
         out,
         num_seqs,
-    )
-    if recurrent.dim() == 2:
-        cfg_block, cfg_unroll, cfg_warps = _scan_diag_config(
-            num_seqs, d, gates.element_size()
-        )
-        block_d = block_d or cfg_block
-        _launch(
-            _paraslstm_scan_kernel,
-            (num_seqs, triton.cdiv(d, block_d)),
-            *common,
-            block_d,
-            null_block_id,
-            **ckpt,
-            HEAD=False,
-            BLOCK_B=1,
-            BLOCK_D=block_d,
-            UNROLL=unroll or cfg_unroll,
-            num_warps=num_warps or cfg_warps,
-        )
-        return
-    num_heads, head_dim = recurrent.shape[1], recurrent.shape[2]
-    block_h = _head_block(head_dim)
-    grid = (triton.cdiv(num_seqs, 16), num_heads)
-    if head_dim <= _MAX_ONCHIP_HEAD_DIM:
-        _launch(
-            _paraslstm_scan_kernel,
-            grid,
-            *common,
-            head_dim,
-            null_block_id,
-            **ckpt,
-            HEAD=True,
-            BLOCK_B=16,
-            BLOCK_D=block_h,
-            UNROLL=unroll or 2,
-            num_warps=num_warps or (4 if block_h <= 32 else 8),
-        )
-        return
-    _launch(
-        _paraslstm_scan_wide_kernel,
-        grid,
-        *common,
-        head_dim,
         null_block_id,
-        **ckpt,
-        BLOCK_B=16,
-        BLOCK_D=block_h,
-        BLOCK_K=16,
-        num_warps=num_warps or (8 if block_h <= 128 else 16),
+        {**cfg, **(config or {})},
+        ckpt_off_ptr=checkpoint_offsets if has_ckpt else state_indices,
+        ckpt_idx_ptr=checkpoint_state_indices if has_ckpt else state_indices,
+        HAS_INIT=init is not None,
+        HAS_CKPT=has_ckpt,
+        HEAD=recurrent.dim() == 4,
     )
 
 
-def paraslstm_scan_warmup(
+def paraslstm_warmup(
     recurrent: torch.Tensor,
+    state: torch.Tensor,
     gate_dtype: torch.dtype,
-    state_dtype: torch.dtype,
-    checkpoints: bool = False,
+    max_num_seqs: int,
+    checkpoints: bool,
 ) -> None:
-    """Compile every prefill kernel variant that a batch can select (each
-    launch configuration, with and without initial states, and with
-    checkpoints when ``checkpoints``) before the first request. A variant
-    depends on the configuration, not on the number of sequences, so one
-    padding sequence (no page read or written) per configuration
-    suffices."""
-    d = recurrent.shape[1] * (recurrent.shape[2] if recurrent.dim() == 4 else 1)
-    device = recurrent.device
-    configs: set[tuple[int, int, int] | None] = {None}
-    if recurrent.dim() == 2:
-        elem_size = torch.finfo(gate_dtype).bits // 8
-        configs = {_scan_diag_config(2**k, d, elem_size) for k in range(16)}
-    state = torch.zeros(1, 4, d, dtype=state_dtype, device=device)
-    gates = torch.zeros(1, 4 * d, dtype=gate_dtype, device=device)
-    out = torch.empty(1, d, dtype=gate_dtype, device=device)
-    qsl = torch.arange(2, dtype=torch.int32, device=device)
-    idx = torch.full((1,), NULL_BLOCK_ID, dtype=torch.int32, device=device)
-    init = torch.ones(1, dtype=torch.bool, device=device)
-    offsets = torch.ones(1, dtype=torch.int32, device=device)
-    for cfg in configs:
-        block_d, unroll, num_warps = cfg or (None, None, None)
-        for has_init in (None, init):
-            for ckpt in (None, offsets) if checkpoints else (None,):
-                paraslstm_scan(
-                    gates, recurrent, state, qsl, idx, has_init, out,
-                    checkpoint_offsets=ckpt,
-                    checkpoint_state_indices=None if ckpt is None else idx,
-                    block_d=block_d, unroll=unroll, num_warps=num_warps,
-                )  # fmt: skip
+    """Compile every kernel variant that serving can launch: each launch
+    configuration of 1 to ``max_num_seqs`` sequences, with and without
+    initial states (and checkpoints), and each 16-byte alignment of the
+    prefill slices ``gates[num_decodes:]`` and ``out[num_decodes:]``. All
+    rows are padding: no state page is read or written."""
+    d, elem_size, dev = state.shape[-1], gate_dtype.itemsize, state.device
+    gates = torch.zeros(16, 4 * d, dtype=gate_dtype, device=dev)
+    out = torch.empty(16, d, dtype=gate_dtype, device=dev)
+    idx = torch.full((1,), NULL_BLOCK_ID, dtype=torch.int32, device=dev)
+    qsl = torch.tensor([0, 1], dtype=torch.int32, device=dev)
+    init = torch.ones(1, dtype=torch.bool, device=dev)
+    batches = range(1, max_num_seqs + 1)
+
+    def distinct(configs) -> list[dict]:
+        return [dict(c) for c in {tuple(sorted(c.items())) for c in configs}]
+
+    for cfg in distinct(_update_config(n, recurrent, elem_size) for n in batches):
+        paraslstm_update(gates[:1], recurrent, state, idx, out[:1], config=cfg)
+    # A first row for each 16-byte alignment of the two prefill slices.
+    aligned = {
+        (k * 4 * d * elem_size % 16 == 0, k * d * elem_size % 16 == 0): k
+        for k in range(16)
+    }
+    for cfg in distinct(_scan_config(n, recurrent, elem_size) for n in batches):
+        for k in aligned.values():
+            for has_init in (None, init):
+                for ckpt in (None, qsl[1:]) if checkpoints else (None,):
+                    paraslstm_scan(
+                        gates[k : k + 1], recurrent, state, qsl, idx, has_init,
+                        out[k : k + 1], checkpoint_offsets=ckpt,
+                        checkpoint_state_indices=None if ckpt is None else idx,
+                        config=cfg,
+                    )  # fmt: skip
 
 
 if current_platform.is_cpu():

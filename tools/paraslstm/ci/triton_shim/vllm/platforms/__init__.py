@@ -1,7 +1,11 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
 """Test-only stand-in for ``vllm.platforms.current_platform``: the queries
-the ParaSLSTM ops make (platform, compute capability)."""
+the ParaSLSTM ops make. Never CPU, so the ops keep their Triton kernels; CUDA
+only on a GPU outside the Triton interpreter, so the interpreter runs the
+portable paths (no PDL, no inline PTX, IEEE dots)."""
+
+import os
 
 import torch
 
@@ -9,12 +13,12 @@ import torch
 class _Platform:
     @staticmethod
     def is_cpu() -> bool:
-        # The shim exists to run the Triton kernels: never the CPU ops.
         return False
 
     @staticmethod
     def is_cuda() -> bool:
-        return torch.cuda.is_available()
+        interpret = os.environ.get("TRITON_INTERPRET", "0") == "1"
+        return torch.cuda.is_available() and not interpret
 
     @staticmethod
     def has_device_capability(capability: int, device_id: int = 0) -> bool:

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
-"""Serving compiles no ParaSLSTM kernel: the profile-run warm-up and CUDA
-graph capture compile every variant that requests select (CUDA only)."""
+"""Serving compiles no ParaSLSTM kernel: vLLM's kernel warm-up and CUDA graph
+capture compile every variant that requests select (CUDA only)."""
 
 import json
 
@@ -67,6 +67,8 @@ def test_no_kernel_compiles_while_serving(
         max_num_seqs=64,
         kv_cache_memory_bytes=64 * 2**20,
         enable_prefix_caching=caching,
+        # vllm_runner turns the warm-up off by default.
+        kernel_config={"enable_jit_warmup": True},
     ) as vllm_model:
         llm = vllm_model.llm
         mode = llm.llm_engine.vllm_config.cache_config.mamba_cache_mode

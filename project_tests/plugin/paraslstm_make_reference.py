@@ -20,10 +20,10 @@ import vLLM. For every case of `paraslstm_utils.CASES` it
 
 Usage (from the repo root)::
 
-    .venv-ref/bin/python \
-        tests/models/language/generation/paraslstm_make_reference.py [OUT]
+    .venv-ref/bin/python project_tests/plugin/paraslstm_make_reference.py [OUT]
 
-OUT defaults to `paraslstm_reference.json` beside this script. The drift test
+OUT defaults to `project_tests/intree/paraslstm_reference.json`, beside
+`paraslstm_utils.py`. The drift test
 (`test_paraslstm_pararnn.py`) runs it into a temporary file and compares.
 """
 
@@ -43,14 +43,14 @@ import torch  # noqa: E402
 HERE = Path(__file__).resolve().parent
 
 
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
+def _load(name: str, where: Path = HERE):
+    spec = importlib.util.spec_from_file_location(name, where / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-utils = _load("paraslstm_utils")
+utils = _load("paraslstm_utils", HERE.parent / "intree")
 pararnn_ref = _load("paraslstm_pararnn_ref")
 
 from pararnn.models import ParaSLSTMConfig, ParaSLSTMForCausalLM  # noqa: E402

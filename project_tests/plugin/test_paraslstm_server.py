@@ -80,8 +80,7 @@ EXTRA = {"ignore_eos": True, "return_token_ids": True}
 
 def _repo_file(path: Path) -> Path:
     """``path`` in the nearest parent directory of this file that has it (the
-    repo root, also when running inside the patched tree that
-    tools/paraslstm/ci/intree_tests.sh builds under it)."""
+    repo root)."""
     here = Path(__file__).resolve().parent
     for root in (here, *here.parents):
         if (root / path).exists():

@@ -4,7 +4,8 @@
 
 pararnn-torch runs in its own environment (`.venv-ref`, see
 `paraslstm_pararnn_utils`), which vLLM's CI does not have; the upstream-bound
-tests use the references stored in `paraslstm_reference.json` instead. Here:
+tests use the references stored in `paraslstm_reference.json` (in
+`project_tests/intree/`) instead. Here:
 
 - drift: `paraslstm_make_reference.py` loads every generated test checkpoint
   strictly with pararnn-torch (after checking that its files are those
@@ -19,23 +20,23 @@ tests use the references stored in `paraslstm_reference.json` instead. Here:
 import json
 import random
 import subprocess
+from pathlib import Path
 
 import pytest
 
-from tests.models.language.generation.paraslstm_pararnn_utils import (
-    make_reference_checkpoints,
-    reference_python,
-)
-from tests.models.language.generation.paraslstm_utils import (
+from project_tests.intree.paraslstm_utils import (
     CASES,
     MIN_TOP1_MARGIN,
-    REFERENCE_FILE,
     assert_matches_reference,
     load_references,
 )
+from project_tests.plugin.paraslstm_pararnn_utils import (
+    make_reference_checkpoints,
+    reference_python,
+)
 from vllm import LLM, SamplingParams
 
-MAKE_REFERENCE = REFERENCE_FILE.with_name("paraslstm_make_reference.py")
+MAKE_REFERENCE = Path(__file__).with_name("paraslstm_make_reference.py")
 # Stored logprobs are rounded to 1e-5.
 DRIFT_ATOL = 2e-5
 

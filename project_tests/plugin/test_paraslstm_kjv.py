@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer
 
-from tests.models.language.generation.paraslstm_pararnn_utils import reference_python
+from project_tests.plugin.paraslstm_pararnn_utils import reference_python
 from vllm import LLM, SamplingParams
 from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
 from vllm.platforms import current_platform

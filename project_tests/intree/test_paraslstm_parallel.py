@@ -25,7 +25,9 @@ Two settings of the CPU backend matter here:
   allocates the buffer itself, over `collective_rpc`, as the dummy run would.
 """
 
+import json
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -33,9 +35,9 @@ from safetensors.torch import load_file
 
 from tests.utils import multi_gpu_test
 from vllm import envs
-from vllm.model_executor.layers.mamba.mamba_utils import MambaStateShapeCalculator
+from vllm.engine.arg_utils import EngineArgs
+from vllm.model_executor.models.paraslstm import ParaSLSTMForCausalLM
 from vllm.platforms import current_platform
-from vllm.transformers_utils.configs.paraslstm import ParaSLSTMConfig
 
 from .paraslstm_utils import (
     CASES,
@@ -299,8 +301,8 @@ def test_pipeline_parallel_gpu(vllm_runner, checkpoints):
     [
         pytest.param(
             "head-tied-rho0.5-h3",
-            "mix='head' shards whole heads: n_heads=3 is not divisible by "
-            "tensor_parallel_size=2",
+            "ParaSLSTM shards n_heads over tensor-parallel ranks: n_heads=3 is "
+            "not divisible by tensor_parallel_size=2",
             id="head-h3",
         ),
         pytest.param(
@@ -326,8 +328,29 @@ def test_unshardable_model_fails_at_config_time(vllm_runner, checkpoints, case, 
         pass
 
 
+def _engine_config(path: Path, tp: int, **fields):
+    """The VllmConfig of a config.json with `fields` (no weights needed)."""
+    config = {
+        "model_type": "paraslstm",
+        "architectures": ["ParaSLSTMForCausalLM"],
+        "vocab_size": 384,
+        "hidden_size": 48,
+        "num_hidden_layers": 2,
+        "mlp_ratio": 2.0,
+        **fields,
+    }
+    (path / "config.json").write_text(json.dumps(config))
+    return EngineArgs(
+        model=str(path),
+        tensor_parallel_size=tp,
+        distributed_executor_backend="mp",
+        skip_tokenizer_init=True,
+        load_format="dummy",
+    ).create_engine_config()
+
+
 @pytest.mark.parametrize(
-    "kwargs,tp,match",
+    "fields,tp,match",
     [
         ({"mix": "head", "n_heads": 4}, 8, "n_heads=4 is not divisible"),
         ({"mix": "head", "n_heads": 6}, 4, "n_heads=6 is not divisible"),
@@ -336,27 +359,26 @@ def test_unshardable_model_fails_at_config_time(vllm_runner, checkpoints, case, 
         ({"mlp_ratio": 1.25, "hidden_size": 48}, 8, "intermediate_size=60 is not"),
     ],
 )
-def test_config_rejects_tp_size(kwargs, tp, match):
-    config = ParaSLSTMConfig(**{"hidden_size": 48, "mlp_ratio": 2.0, **kwargs})
+def test_config_rejects_tp_size(tmp_path, fields, tp, match):
     with pytest.raises(ValueError, match=match):
-        config.verify_tensor_parallel_size(tp)
+        _engine_config(tmp_path, tp, **fields)
 
 
 @pytest.mark.parametrize(
-    "kwargs,tp,channels_per_rank",
+    "fields,tp,channels_per_rank",
     [
         ({"mix": "head", "n_heads": 4}, 4, 12),
         ({"mix": "head", "n_heads": 2}, 2, 24),
         ({}, 8, 6),
     ],
 )
-def test_config_accepts_tp_size(kwargs, tp, channels_per_rank):
+def test_config_accepts_tp_size(tmp_path, fields, tp, channels_per_rank):
     """Accepted sizes shard into whole heads and MLP units, and each rank's
     state page holds its share of the channels."""
-    config = ParaSLSTMConfig(**{"hidden_size": 48, "mlp_ratio": 2.0, **kwargs})
-    config.verify_tensor_parallel_size(tp)
-    shape = MambaStateShapeCalculator.paraslstm_state_shape(tp, config.hidden_size)
+    vllm_config = _engine_config(tmp_path, tp, **fields)
+    shape = ParaSLSTMForCausalLM.get_mamba_state_shape_from_config(vllm_config)
     assert shape == ((4, channels_per_rank),)
+    config = vllm_config.model_config.hf_config
     assert config.intermediate_size % tp == 0
     if config.mix == "head":
         assert config.n_heads % tp == 0
