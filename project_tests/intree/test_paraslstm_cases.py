@@ -20,10 +20,9 @@ from .paraslstm_utils import (
     assert_outputs_agree,
     case_prompts,
     load_references,
-    write_checkpoints,
 )
 
-pytestmark = pytest.mark.hybrid_model
+pytestmark = [pytest.mark.hybrid_model, pytest.mark.usefixtures("in_process_engine")]
 
 REFERENCES = load_references()["cases"]
 BF16_CASE = "diag-tied-rho0.5-d48-bf16"
@@ -37,19 +36,6 @@ ENGINE_KWARGS = dict(
     max_num_batched_tokens=1024,
     kv_cache_memory_bytes=64 * 2**20,
 )
-
-
-@pytest.fixture(scope="module")
-def checkpoints(tmp_path_factory) -> dict[str, str]:
-    return write_checkpoints(tmp_path_factory.mktemp("paraslstm"))
-
-
-@pytest.fixture(scope="module", autouse=True)
-def in_process_engine():
-    """The engine core in the test process (engines start faster)."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-        yield
 
 
 def engine_kwargs(**kwargs) -> dict:

@@ -18,10 +18,9 @@ from .paraslstm_utils import (
     NUM_LOGPROBS,
     assert_matches_reference,
     load_references,
-    write_checkpoints,
 )
 
-pytestmark = pytest.mark.hybrid_model
+pytestmark = [pytest.mark.hybrid_model, pytest.mark.usefixtures("in_process_engine")]
 
 CASE = "diag-tied-rho0.5-d48"
 ENGINE_KWARGS = dict(
@@ -31,18 +30,6 @@ ENGINE_KWARGS = dict(
     max_num_seqs=8,
     kv_cache_memory_bytes=64 * 2**20,
 )
-
-
-@pytest.fixture(scope="module")
-def checkpoints(tmp_path_factory) -> dict[str, str]:
-    return write_checkpoints(tmp_path_factory.mktemp("paraslstm"))
-
-
-@pytest.fixture(scope="module", autouse=True)
-def in_process_engine():
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-        yield
 
 
 @pytest.mark.parametrize(

@@ -25,10 +25,10 @@ from .paraslstm_utils import (
     assert_matches_reference,
     assert_outputs_agree,
     load_references,
-    write_checkpoints,
 )
 
 pytestmark = [
+    pytest.mark.usefixtures("in_process_engine"),
     pytest.mark.hybrid_model,
     pytest.mark.skipif(
         not current_platform.is_cuda(), reason="CUDA graphs need a CUDA GPU"
@@ -58,18 +58,6 @@ ENGINE_KWARGS = dict(
     max_num_batched_tokens=1024,
     kv_cache_memory_bytes=64 * 2**20,
 )
-
-
-@pytest.fixture(scope="module")
-def checkpoints(tmp_path_factory) -> dict[str, str]:
-    return write_checkpoints(tmp_path_factory.mktemp("paraslstm"))
-
-
-@pytest.fixture(scope="module", autouse=True)
-def in_process_engine():
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-        yield
 
 
 def _generate(vllm_model, prompts: list[list[int]]):

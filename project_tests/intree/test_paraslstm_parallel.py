@@ -47,7 +47,6 @@ from .paraslstm_utils import (
     assert_matches_reference,
     assert_outputs_agree,
     load_references,
-    write_checkpoints,
 )
 
 pytestmark = pytest.mark.hybrid_model
@@ -73,11 +72,6 @@ on_cpu = pytest.mark.skipif(
     not current_platform.is_cpu(),
     reason="CPU backend (gloo); GPUs run the multi_gpu_test variants",
 )
-
-
-@pytest.fixture(scope="module")
-def checkpoints(tmp_path_factory) -> dict[str, str]:
-    return write_checkpoints(tmp_path_factory.mktemp("paraslstm"))
 
 
 def _cpu_bind(world_size: int) -> str:

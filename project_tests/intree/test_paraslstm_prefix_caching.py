@@ -16,7 +16,7 @@ from .paraslstm_utils import (
     write_checkpoint,
 )
 
-pytestmark = pytest.mark.hybrid_model
+pytestmark = [pytest.mark.hybrid_model, pytest.mark.usefixtures("in_process_engine")]
 
 REFERENCE = load_references()["cases"][PREFIX_CASE]
 PROMPTS = REFERENCE["prompts"]
@@ -40,14 +40,6 @@ ENGINE_KWARGS = dict(
 @pytest.fixture(scope="module")
 def checkpoint(tmp_path_factory) -> str:
     return str(write_checkpoint(PREFIX_CASE, tmp_path_factory.mktemp("paraslstm")))
-
-
-@pytest.fixture(scope="module", autouse=True)
-def in_process_engine():
-    """The engine core in the test process, so that tests can count steps."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-        yield
 
 
 def _prefix_cache_hits(vllm_model) -> float:

@@ -24,10 +24,9 @@ from .paraslstm_utils import (
     fp64_logprobs,
     hash_uniform,
     load_references,
-    write_checkpoints,
 )
 
-pytestmark = pytest.mark.hybrid_model
+pytestmark = [pytest.mark.hybrid_model, pytest.mark.usefixtures("in_process_engine")]
 
 REFERENCES = load_references()["cases"]
 DIAG = "diag-tied-rho0.5-d48"
@@ -42,20 +41,6 @@ ENGINE_KWARGS = dict(
     max_num_batched_tokens=1024,
     kv_cache_memory_bytes=64 * 2**20,
 )
-
-
-@pytest.fixture(scope="module")
-def checkpoints(tmp_path_factory) -> dict[str, str]:
-    return write_checkpoints(tmp_path_factory.mktemp("paraslstm"))
-
-
-@pytest.fixture(scope="module", autouse=True)
-def in_process_engine():
-    """The engine core in the test process, so that tests can reach the
-    scheduler."""
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-        yield
 
 
 def _prompt(key: str, length: int) -> list[int]:

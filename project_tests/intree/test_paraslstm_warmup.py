@@ -16,15 +16,16 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def _write_config(path, mix: str) -> None:
+def _write_config(path, hidden: int, n_heads: int | None) -> None:
     config = {
         "architectures": ["ParaSLSTMForCausalLM"],
         "model_type": "paraslstm",
         "vocab_size": 512,
-        "hidden_size": 256,
+        "hidden_size": hidden,
         "num_hidden_layers": 2,
-        "mix": mix,
-        "n_heads": 8 if mix == "head" else None,
+        "mlp_ratio": 2.0,
+        "mix": "diag" if n_heads is None else "head",
+        "n_heads": n_heads,
         "max_recurrent_norm": 0.5,
         "tie_word_embeddings": True,
         "eos_token_id": 0,
@@ -32,24 +33,29 @@ def _write_config(path, mix: str) -> None:
     (path / "config.json").write_text(json.dumps(config))
 
 
-@pytest.mark.parametrize(
-    "mix,dtype,caching",
-    [
-        ("diag", "bfloat16", False),
-        ("head", "bfloat16", False),
-        ("diag", "float32", False),
-        ("head", "float32", False),
-        # Prefix caching adds the in-chunk checkpoint variants.
-        ("diag", "bfloat16", True),
-        ("head", "bfloat16", True),
-    ],
-)
-def test_no_kernel_compiles_while_serving(
-    vllm_runner, tmp_path, monkeypatch, mix, dtype, caching
-):
+# (width, heads or None for diag, dtype, prefix caching, prefill chunk)
+CASES = {
+    "diag-bf16": (256, None, "bfloat16", False, 6000),
+    "head8x32-bf16": (256, 8, "bfloat16", False, 6000),
+    "diag-fp32": (256, None, "float32", False, 6000),
+    "head8x32-fp32": (256, 8, "float32", False, 6000),
+    # Small and odd heads, odd widths (misaligned slices), chunked prefill
+    # mixed with decodes, and the in-chunk checkpoint variants.
+    "head5x8-fp32-chunked": (40, 5, "float32", False, 64),
+    "head5x8-bf16-caching": (40, 5, "bfloat16", True, 6000),
+    "head3x12-bf16-chunked": (36, 3, "bfloat16", False, 64),
+    "diag36-bf16-chunked": (36, None, "bfloat16", False, 64),
+    "diag-bf16-caching-chunked": (256, None, "bfloat16", True, 64),
+    "head8x32-fp32-caching": (256, 8, "float32", True, 6000),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_no_kernel_compiles_while_serving(vllm_runner, tmp_path, monkeypatch, case):
+    hidden, n_heads, dtype, caching, chunk = CASES[case]
     # In-process engine core: the compile hook below is set in this process.
     monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    _write_config(tmp_path, mix)
+    _write_config(tmp_path, hidden, n_heads)
     compiled: list[str] = []
     knobs = triton.knobs.runtime
     previous = knobs.jit_post_compile_hook
@@ -63,7 +69,8 @@ def test_no_kernel_compiles_while_serving(
         skip_tokenizer_init=True,
         dtype=dtype,
         max_model_len=6000,
-        max_num_batched_tokens=6000,
+        max_num_batched_tokens=chunk,
+        enable_chunked_prefill=True,
         max_num_seqs=64,
         kv_cache_memory_bytes=64 * 2**20,
         enable_prefix_caching=caching,
@@ -83,6 +90,14 @@ def test_no_kernel_compiles_while_serving(
                 {"prompt_token_ids": [3 * i + 1] * n} for i, n in enumerate(lengths)
             ]
             outs = llm.generate(batch, params, use_tqdm=False)
+            # Many requests of mixed lengths: decode batches of every size
+            # beside prefill chunks.
+            mixed = [
+                {"prompt_token_ids": [i % 97 + 1] * (i * 7 % 90 + 1)} for i in range(40)
+            ]
+            llm.generate(
+                mixed, SamplingParams(max_tokens=6, ignore_eos=True), use_tqdm=False
+            )
             if caching:
                 # Resumes: from a block boundary with a checkpoint further on,
                 # and a whole prompt again.
