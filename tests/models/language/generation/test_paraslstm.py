@@ -87,6 +87,7 @@ def test_batching_and_chunked_prefill(vllm_runner, model: str) -> None:
         model,
         enable_chunked_prefill=True,
         max_num_batched_tokens=16,
+        enforce_eager=True,
         **ENGINE_KWARGS,
     ) as vllm_model:
         single = [_generate(vllm_model, [p])[0] for p in PROMPTS]
@@ -116,6 +117,7 @@ def test_prefix_caching(vllm_runner, block_size: int | None) -> None:
         enable_prefix_caching=True,
         enable_chunked_prefill=True,
         disable_log_stats=False,
+        enforce_eager=True,
         **ENGINE_KWARGS,
     ) as vllm_model:
         # Prompt logprobs would turn the cache hits off.
