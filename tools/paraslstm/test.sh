@@ -14,7 +14,7 @@
 #   5. the whole stack's tests inside the patched v0.32.0 tree, with this
 #      project's in-tree suite (project_tests/intree); the stack's tests in
 #      the patched v0.33.0 tree on the 0.32.0 wheel's compiled libraries
-#   6. each prefix of the stack: its modules import and its PRs' tests pass
+#   6. each prefix of the stack: its modules import and its last PR's tests pass
 #   7. the kernel tests with the Triton kernels run by the Triton interpreter
 # Stops at the first failure with a non-zero exit.
 set -euo pipefail

@@ -14,7 +14,8 @@
 #    v0.33.0 adds (requirements/vllm-0.33-extra.txt) go beside it: an
 #    approximation of a v0.33.0 CPU build; the H200 run carries the real one.
 # 3. Every new vllm module of the prefix imports; then each pytest
-#    invocation `series.py tests --upto ...` lists, from the tree root with
+#    invocation `series.py tests --upto ...` lists (with
+#    PARASLSTM_TESTS_ONLY=1: those of its last PR), from the tree root with
 #    VLLM_TARGET_DEVICE=cpu (so `vllm` and `tests`, vLLM's conftest.py
 #    included, are the tree's own), with the offline Hugging Face cache
 #    ($HF_HOME, seeded by tools/paraslstm/ci/seed_hf_cache.py).
@@ -69,7 +70,8 @@ status=0
 while IFS=$'\t' read -r -a args; do
     echo "== pytest ${args[*]}"
     "$PY" -m pytest -p no:cacheprovider "$@" "${args[@]}" || status=1
-done < <(python3 "$ROOT/tools/paraslstm/series/series.py" tests --upto "$UPTO")
+done < <(python3 "$ROOT/tools/paraslstm/series/series.py" tests --upto "$UPTO" \
+    ${PARASLSTM_TESTS_ONLY:+--only})
 
 if [[ "${PARASLSTM_PROJECT_TESTS:-0}" == 1 ]]; then
     rm -rf tests/paraslstm_project

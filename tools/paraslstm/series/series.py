@@ -29,7 +29,8 @@ Modes:
                  JSON, no ParaSLSTM entry hidden from test_initialization.
   apply          `git am` patches/ (up to --upto FOLDER) onto a fresh
                  pristine tree at DEST (default .cache/series/patched).
-  tests          Print the pytest invocations of a prefix (one per line).
+  tests          Print the pytest invocations of a prefix (one per line;
+                 with --only, those of its last PR).
   export-stages  Write DEST/<folder>/ with the new files as each PR leaves
                  them (to edit an earlier stage by hand).
   import-stages  Rewrite stages/*.diff from SRC/<folder>/ copies (default
@@ -106,8 +107,8 @@ class PullRequest:
     body: str
     patterns: tuple[str, ...]
     edits: tuple[str, ...]
-    # pytest invocations this PR adds (each a list of arguments); a prefix
-    # of the stack runs those of all its PRs.
+    # pytest invocations of the tests this PR adds or changes (each a list
+    # of arguments); the whole stack runs those of all PRs.
     tests: tuple[tuple[str, ...], ...] = ()
 
 
@@ -179,6 +180,10 @@ STACK: tuple[PullRequest, ...] = (
         ),
         patterns=(),
         edits=("mamba-state-copy.diff", "models-config-prefix-caching.diff"),
+        tests=(
+            ("tests/kernels/mamba/test_paraslstm_ops.py",),
+            ("tests/models/language/generation/test_paraslstm.py",),
+        ),
     ),
     PullRequest(
         folder="4-perf",
@@ -192,6 +197,7 @@ STACK: tuple[PullRequest, ...] = (
         ),
         patterns=("vllm/model_executor/warmup/**",),
         edits=("kernel-warmup.diff",),
+        tests=(("tests/kernels/mamba/test_paraslstm_ops.py",),),
     ),
 )
 STAGES_DIR_NAME = "stages"
@@ -929,7 +935,7 @@ def prefix_tests(k: int) -> list[tuple[str, ...]]:
 
 def cmd_tests(args: argparse.Namespace) -> int:
     k = pr_index(args.upto) if args.upto else len(STACK) - 1
-    for t in prefix_tests(k):
+    for t in STACK[k].tests if args.only else prefix_tests(k):
         print("\t".join(t))
     return 0
 
@@ -1101,6 +1107,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--refresh", action="store_true", help="re-extract the sdist")
     p = sub.add_parser("tests", help="pytest invocations of a prefix, one a line")
     p.add_argument("--upto", help=upto_help)
+    p.add_argument("--only", action="store_true", help="that PR's own tests")
     sub.add_parser("folders", help="the PR folders in apply order")
     p = sub.add_parser("export-stages", help="write DEST/<folder>/ stage files")
     p.add_argument("dest")
