@@ -40,6 +40,26 @@ _ENV_REQUIRE = "PARASLSTM_REQUIRE_REFERENCE"
 _DEFAULT_TIMEOUT_S = 900.0
 
 
+# Stored logprobs are rounded to 1e-5.
+DRIFT_ATOL = 2e-5
+
+
+def assert_entries_close(got: list, want: list, where: str) -> None:
+    """Recomputed ``(token, logprob, top-k)`` entries against stored ones:
+    the same tokens, logprobs within DRIFT_ATOL, top-k swaps only at the
+    cut-off."""
+    assert len(got) == len(want), where
+    for pos, ((tok_g, lp_g, top_g), (tok_w, lp_w, top_w)) in enumerate(zip(got, want)):
+        assert tok_g == tok_w, f"{where} pos {pos}"
+        assert abs(lp_g - lp_w) <= DRIFT_ATOL, f"{where} pos {pos}"
+        top_w = dict(top_w)
+        for tok, lp in top_g:
+            if tok in top_w:
+                assert abs(lp - top_w[tok]) <= DRIFT_ATOL, f"{where} pos {pos}"
+            else:
+                assert lp <= top_g[-1][1] + DRIFT_ATOL, f"{where} pos {pos}"
+
+
 def _unavailable(reason: str) -> None:
     """Skip the test, or fail it where the reference is required."""
     if os.environ.get(_ENV_REQUIRE):

@@ -20,7 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from project_tests.plugin.paraslstm_pararnn_utils import reference_python
+from project_tests.plugin.paraslstm_pararnn_utils import (
+    assert_entries_close,
+    reference_python,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 HUB = ROOT / "tools" / "paraslstm" / "hub"
@@ -30,8 +33,6 @@ FIXTURE = json.loads((ROOT / FIXTURE_PATH).read_text())
 TINY = list(FIXTURE["models"])
 MIN_TOP1_MARGIN = 0.05
 EOS_ID = 0
-# Stored logprobs are rounded to 1e-5.
-DRIFT_ATOL = 2e-5
 
 
 @pytest.fixture(scope="module")
@@ -41,19 +42,6 @@ def regenerated(tmp_path_factory) -> Path:
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, f"{cmd}\n{proc.stdout}\n{proc.stderr}"
     return out
-
-
-def _assert_entries_close(got: list, want: list, where: str) -> None:
-    assert len(got) == len(want), where
-    for pos, ((tok_g, lp_g, top_g), (tok_w, lp_w, top_w)) in enumerate(zip(got, want)):
-        assert tok_g == tok_w, f"{where} pos {pos}"
-        assert abs(lp_g - lp_w) <= DRIFT_ATOL, f"{where} pos {pos}"
-        top_w = dict(top_w)
-        for tok, lp in top_g:
-            if tok in top_w:
-                assert abs(lp - top_w[tok]) <= DRIFT_ATOL, f"{where} pos {pos}"
-            else:
-                assert lp <= top_g[-1][1] + DRIFT_ATOL, f"{where} pos {pos}"
 
 
 def test_tiny_fixture_has_not_drifted(regenerated):
@@ -67,8 +55,8 @@ def test_tiny_fixture_has_not_drifted(regenerated):
         ):
             where = f"{repo} prompt {i}"
             assert n["tokens"] == o["tokens"], where
-            _assert_entries_close(n["logprobs"], o["logprobs"], where)
-            _assert_entries_close(n["prompt_logprobs"], o["prompt_logprobs"], where)
+            assert_entries_close(n["logprobs"], o["logprobs"], where)
+            assert_entries_close(n["prompt_logprobs"], o["prompt_logprobs"], where)
 
 
 @pytest.mark.parametrize("repo", TINY)

@@ -31,14 +31,13 @@ from project_tests.intree.paraslstm_utils import (
     load_references,
 )
 from project_tests.plugin.paraslstm_pararnn_utils import (
+    assert_entries_close,
     make_reference_checkpoints,
     reference_python,
 )
 from vllm import LLM, SamplingParams
 
 MAKE_REFERENCE = Path(__file__).with_name("paraslstm_make_reference.py")
-# Stored logprobs are rounded to 1e-5.
-DRIFT_ATOL = 2e-5
 
 
 @pytest.fixture(scope="module")
@@ -48,19 +47,6 @@ def recomputed(tmp_path_factory) -> dict:
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stdout}\n{proc.stderr}"
     return json.loads(out.read_text())
-
-
-def _assert_entries_close(got: list, want: list, where: str) -> None:
-    assert len(got) == len(want), where
-    for pos, ((tok_g, lp_g, top_g), (tok_w, lp_w, top_w)) in enumerate(zip(got, want)):
-        assert tok_g == tok_w, f"{where} pos {pos}"
-        assert abs(lp_g - lp_w) <= DRIFT_ATOL, f"{where} pos {pos}"
-        top_w = dict(top_w)
-        for tok, lp in top_g:
-            if tok in top_w:
-                assert abs(lp - top_w[tok]) <= DRIFT_ATOL, f"{where} pos {pos}"
-            else:
-                assert lp <= top_g[-1][1] + DRIFT_ATOL, f"{where} pos {pos}"
 
 
 def test_stored_references_have_not_drifted(recomputed):
@@ -76,8 +62,8 @@ def test_stored_references_have_not_drifted(recomputed):
         for i, (n, o) in enumerate(zip(new["outputs"], old["outputs"], strict=True)):
             where = f"{name} prompt {i}"
             assert n["tokens"] == o["tokens"], where
-            _assert_entries_close(n["gen_logprobs"], o["gen_logprobs"], where)
-            _assert_entries_close(n["prompt_logprobs"], o["prompt_logprobs"], where)
+            assert_entries_close(n["gen_logprobs"], o["gen_logprobs"], where)
+            assert_entries_close(n["prompt_logprobs"], o["prompt_logprobs"], where)
 
 
 # Live cross-check on checkpoints written by pararnn-torch itself.

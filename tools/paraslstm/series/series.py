@@ -525,10 +525,9 @@ def commit_message(pr: PullRequest) -> str:
     return f"{pr.subject}\n\n{pr.body}\n\n{CO_AUTHOR}\n"
 
 
-def build_series(repo: Path, tmp: Path) -> None:
-    """Create one commit per PR in a pristine clone from the repo's files."""
+def build_series(repo: Path, stages: list[dict[str, Path]]) -> None:
+    """Create one commit per PR in a pristine clone from the stages' files."""
     check_edit_manifest()
-    stages = stage_files(tmp / "stages")
     for k, pr in enumerate(STACK):
         paths = sorted(stages[k])
         for path in paths:
@@ -601,10 +600,14 @@ def scratch(name: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=f"{name}-", dir=SERIES_CACHE))
 
 
-def expected_patches(tmp: Path) -> tuple[Path, dict[str, list[Path]]]:
+def expected_patches(
+    tmp: Path,
+) -> tuple[Path, dict[str, list[Path]], list[dict[str, Path]]]:
+    """The stack built afresh: its repo, its patches, and the stages."""
+    stages = stage_files(tmp / "stages")
     repo = fresh_clone(tmp / "build")
-    build_series(repo, tmp)
-    return repo, format_patches(repo, tmp / "patches")
+    build_series(repo, stages)
+    return repo, format_patches(repo, tmp / "patches"), stages
 
 
 def current_patches(upto: int | None = None) -> list[Path]:
@@ -623,7 +626,7 @@ def current_patches(upto: int | None = None) -> list[Path]:
 def cmd_generate(args: argparse.Namespace) -> int:
     tmp = scratch("generate")
     try:
-        _, built = expected_patches(tmp)
+        _, built, _ = expected_patches(tmp)
         PATCHES_DIR.mkdir(exist_ok=True)
         for folder in PATCHES_DIR.iterdir():
             if folder.is_file() and folder.suffix == ".patch":
@@ -857,8 +860,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     problems: list[str] = []
     try:
         check_edit_manifest()
-        fresh_clone(tmp / "warm", refresh=args.refresh)
-        built, patches = expected_patches(tmp)
+        pristine = pristine_repo(args.refresh)
+        built, patches, stages = expected_patches(tmp)
         for pr in STACK:
             current = sorted((PATCHES_DIR / pr.folder).glob("*.patch"))
             fresh = patches[pr.folder]
@@ -878,8 +881,6 @@ def cmd_check(args: argparse.Namespace) -> int:
         if stray:
             problems.append(f"patches/: not in STACK: {stray}")
         problems += check_budgets()
-        stages = stage_files(tmp / "check-stages")
-        pristine = pristine_repo()
         for path in stages[-1]:
             if (pristine / path).exists():
                 problems.append(f"{path} exists in v{VLLM_VERSION}: edit it by a diff")
