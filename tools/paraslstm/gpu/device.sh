@@ -84,6 +84,12 @@ prepare_intree() {  # the pristine tree's tests/ in $INTREE (.gpuvllm/t)
     PYTHONPATH=$SITE:$INTREE python3 -c "import tests.utils, tests.conftest" || exit 3
 }
 
+prepare_stack_tests() {  # $INTREE with the whole stack's test files over it
+    prepare_intree
+    python3 tools/paraslstm/gpu/install_series.py $SITE \
+        "$CARRY/b/paraslstm_series.tar" $INTREE || exit 3
+}
+
 run_kernel_bench() {  # name, script, args...
     local name=$1
     shift
@@ -151,9 +157,7 @@ print('vllm', vllm.__version__, 'torch', torch.__version__, \
         # The whole stack's tests (series.py tests) in the patched tests/,
         # the kernel tests on the last GPU beside the model tests on GPU 0.
         need_site
-        prepare_intree
-        python3 tools/paraslstm/gpu/install_series.py $SITE \
-            "$CARRY/b/paraslstm_series.tar" $INTREE || exit 3
+        prepare_stack_tests
         run_manifest_tests full $SITE $INTREE "$CARRY/b/paraslstm_series.tar"
         ;;
     stack)
@@ -198,7 +202,7 @@ print('vllm', vllm.__version__, 'torch', torch.__version__, \
         ;;
     intree)
         need_site
-        prepare_intree
+        prepare_stack_tests
         read -r -a selection <<<"$1"
         shift
         (cd $INTREE && CUDA_VISIBLE_DEVICES=0 PYTHONPATH=$SITE:$INTREE \
