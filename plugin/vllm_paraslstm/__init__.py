@@ -35,6 +35,8 @@ EDITED_MODULES = {
         "models-config-prefix-caching.diff",
     ),
     "vllm.model_executor.warmup.kernel_warmup": ("kernel-warmup.diff",),
+    # vLLM's, not ParaSLSTM's: seeded requests with chunked prefill on CPU.
+    "vllm.v1.worker.gpu_model_runner": ("fix-cpu-seeded-chunked-prefill.diff",),
 }
 
 __all__ = ["register", "series_merged"]

@@ -14,17 +14,12 @@ test downloads nothing, and with near-uniform logits every sampled token
 depends on the generator's stream.
 """
 
-import os
-
 import pytest
 
 from vllm import SamplingParams
 from vllm.inputs import TokensPrompt
 
 pytestmark = pytest.mark.cpu_model
-
-# These engines need a few thousand tokens of KV cache, not the CPU default.
-os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
 MAX_MODEL_LEN = 256
 CHUNK_TOKENS = 32  # max_num_batched_tokens of the chunked engine
@@ -36,11 +31,9 @@ PROMPTS = [TokensPrompt(prompt_token_ids=p) for p in (LONG, LONG, LONG, SHORT)]
 SEEDS = [7, 7, 1234, 7]
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> str:
+def write_tiny_llama(path) -> str:
     from transformers import LlamaConfig
 
-    path = tmp_path_factory.mktemp("tiny-llama")
     LlamaConfig(
         vocab_size=VOCAB_SIZE,
         hidden_size=64,
@@ -54,7 +47,12 @@ def model_dir(tmp_path_factory) -> str:
     return str(path)
 
 
-def _generate(vllm_runner, model_dir: str, chunked: bool) -> list[list[int]]:
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> str:
+    return write_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))
+
+
+def generate(vllm_runner, model_dir: str, chunked: bool) -> list[list[int]]:
     engine_kwargs = (
         dict(enable_chunked_prefill=True, max_num_batched_tokens=CHUNK_TOKENS)
         if chunked
@@ -70,6 +68,7 @@ def _generate(vllm_runner, model_dir: str, chunked: bool) -> list[list[int]]:
         dtype="float32",
         max_model_len=MAX_MODEL_LEN,
         max_num_seqs=4,
+        kv_cache_memory_bytes=2**23,
         enforce_eager=True,
         **engine_kwargs,
     ) as runner:
@@ -78,8 +77,8 @@ def _generate(vllm_runner, model_dir: str, chunked: bool) -> list[list[int]]:
 
 
 def test_seeded_sampling_with_chunked_prefill(vllm_runner, model_dir):
-    chunked = _generate(vllm_runner, model_dir, chunked=True)
-    unchunked = _generate(vllm_runner, model_dir, chunked=False)
+    chunked = generate(vllm_runner, model_dir, chunked=True)
+    unchunked = generate(vllm_runner, model_dir, chunked=False)
 
     assert all(len(tokens) == 8 for tokens in chunked)
     # The discarded samples of the partial prefills left no trace.

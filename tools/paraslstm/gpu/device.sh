@@ -18,6 +18,9 @@
 #             its own copy of vLLM and tests/, its PRs' tests, all at once
 #   project ["A"]  project_tests/intree (or the selection A) in the patched
 #             tree of the whole stack (after tests)
+#   seeded    the bugfix PR's seeded tokens (tools/paraslstm/gpu/seeded_tokens.py)
+#             with the whole stack and on pristine vLLM: must be equal
+#             (after tests)
 #   parallel  the tensor/pipeline-parallel tests (two GPUs)
 #   intree "A"  pytest A (a selection of the patched tree's tests) on GPU 0
 #   only "A"  pytest A (a space-separated selection) on GPU 0
@@ -191,6 +194,27 @@ print('vllm', vllm.__version__, 'torch', torch.__version__, \
         shift || true
         (cd $INTREE && CUDA_VISIBLE_DEVICES=0 PYTHONPATH=$SITE:$INTREE \
             run_pytest project 560 "${selection[@]}") || STATUS=1
+        ;;
+    seeded)
+        need_site
+        [[ -d $INTREE/tests ]] || { echo "device.sh: run the tests stage first"; exit 3; }
+        rm -rf $SITE-pristine && cp -a $SITE $SITE-pristine
+        python3 tools/paraslstm/gpu/install_series.py --undo $SITE-pristine || exit 3
+        for which in pristine stack; do
+            site=$SITE && [[ $which == pristine ]] && site=$SITE-pristine
+            note "seeded tokens: $which"
+            (cd $INTREE && CUDA_VISIBLE_DEVICES=0 PYTHONPATH=$site:$INTREE timeout 300 \
+                python3 "$OLDPWD/tools/paraslstm/gpu/seeded_tokens.py" \
+                "$LOGS/seeded-$which.json" >"$LOGS/seeded-$which.log" 2>&1) || STATUS=1
+            cat "$LOGS/seeded-$which.json"
+        done
+        if cmp -s "$LOGS/seeded-pristine.json" "$LOGS/seeded-stack.json" \
+            && [[ -s "$LOGS/seeded-stack.json" ]]; then
+            note "seeded tokens: equal"
+        else
+            note "seeded tokens: DIFFER (or missing)"
+            STATUS=1
+        fi
         ;;
     parallel)
         need_site

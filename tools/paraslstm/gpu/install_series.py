@@ -11,6 +11,7 @@ undone first (its added files removed, its changed files restored from the
 copies it kept), so prefixes can be installed one after the other.
 
 Usage: python3 install_series.py SITE paraslstm_series-<folder>.tar [TESTS]
+       python3 install_series.py --undo SITE   (SITE's vllm/ back to pristine)
 """
 
 import hashlib
@@ -48,6 +49,9 @@ def undo(site: Path, tests: Path | None) -> None:
 
 
 def main() -> int:
+    if sys.argv[1] == "--undo":
+        undo(Path(sys.argv[2]).resolve(), None)
+        return 0
     site, archive = Path(sys.argv[1]).resolve(), sys.argv[2]
     tests = Path(sys.argv[3]).resolve() if len(sys.argv) > 3 else None
     undo(site, tests)

@@ -114,6 +114,24 @@ class PullRequest:
 
 STACK: tuple[PullRequest, ...] = (
     PullRequest(
+        folder="0-fix-cpu-seeded-sampling",
+        subject=(
+            "[Bugfix][CPU] Keep seeded sampling reproducible across chunked prefill"
+        ),
+        body=(
+            "A partially prefilled request samples a token that the runner\n"
+            "discards, then rewinds the request's generator by its Philox\n"
+            "offset. CPU generators have no offset: get_offset() raises and the\n"
+            "engine dies on the first seeded request whose prompt is chunked.\n"
+            "Save the state of CPU generators before sampling and restore it\n"
+            "for the discarded rows; CUDA keeps the offset rewind. Test: seeded\n"
+            "tokens are the same with and without chunked prefill."
+        ),
+        patterns=("tests/v1/sample/test_seeded_chunked_prefill.py",),
+        edits=("fix-cpu-seeded-chunked-prefill.diff",),
+        tests=(("tests/v1/sample/test_seeded_chunked_prefill.py",),),
+    ),
+    PullRequest(
         folder="1-kernel",
         subject="[Kernel] Add ParaSLSTM recurrence ops",
         body=(
@@ -772,10 +790,31 @@ def numstat(patches: list[Path]) -> list[tuple[int, str]]:
 
 
 def counted_apart(folder: str) -> bool:
-    """A bugfix or speculative-decoding PR (`5-fix-...`, `6-spec-...`),
+    """A bugfix or speculative-decoding PR (`0-fix-...`, `5-spec-...`),
     not one of the model's own."""
-    words = folder.split("-")[1:]
-    return any(w in ("fix", "bugfix") or w.startswith("spec") for w in words)
+    return is_fix(folder) or any(w.startswith("spec") for w in folder.split("-")[1:])
+
+
+def is_fix(folder: str) -> bool:
+    return any(w in ("fix", "bugfix") for w in folder.split("-")[1:])
+
+
+def check_fixes_independent() -> list[str]:
+    """A bugfix PR touches no file of another PR, so it applies to a pristine
+    tree alone and at any place in the stack."""
+    touched = {
+        pr.folder: {p for _, p in numstat(sorted((PATCHES_DIR / pr.folder).glob("*.patch")))}
+        for pr in STACK
+    }
+    problems = []
+    for fix in filter(is_fix, touched):
+        for other, paths in touched.items():
+            if other != fix:
+                problems += [
+                    f"patches/{fix}: {p} is also changed by {other}"
+                    for p in sorted(touched[fix] & paths)
+                ]
+    return problems
 
 
 def check_budgets() -> list[str]:
@@ -881,6 +920,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         if stray:
             problems.append(f"patches/: not in STACK: {stray}")
         problems += check_budgets()
+        problems += check_fixes_independent()
         for path in stages[-1]:
             if (pristine / path).exists():
                 problems.append(f"{path} exists in v{VLLM_VERSION}: edit it by a diff")
