@@ -15,7 +15,8 @@
 #             tests/ (pristine tests/ from .gpuvllm/t, the stack's files
 #             installed over it), one pytest after the other
 #   stack     every prefix of the stack (b/paraslstm_series-<folder>.tar) in
-#             its own copy of vLLM and tests/, its PRs' tests, all at once
+#             its own copy of vLLM and tests/, the tests its last PR adds or
+#             changes (as bisect_series.sh on CPU), all at once
 #   project ["A"]  project_tests/intree (or the selection A) in the patched
 #             tree of the whole stack (after tests)
 #   seeded    the bugfix PR's seeded tokens (tools/paraslstm/gpu/seeded_tokens.py)
@@ -101,8 +102,8 @@ run_kernel_bench() {  # name, script, args...
     [[ ${PIPESTATUS[0]} == 0 ]] || STATUS=1
 }
 
-run_manifest_tests() {  # name, site, tests root, series tarball
-    local name=$1 site=$2 tree=$3 i=0 rc=0
+run_manifest_tests() {  # name, site, tests root, series tarball, key (tests|only)
+    local name=$1 site=$2 tree=$3 key=${5:-tests} i=0 rc=0
     local gpus
     gpus=$(python3 -c "import torch; print(torch.cuda.device_count())")
     while IFS=$'\t' read -r -a args; do
@@ -110,7 +111,7 @@ run_manifest_tests() {  # name, site, tests root, series tarball
         (cd "$tree" && CUDA_VISIBLE_DEVICES=$(( (i - 1) % gpus )) \
             PYTHONPATH=$site:$tree run_pytest "$name-$i" 560 "${args[@]}") || rc=1
     done < <(tar -xOf "$4" manifest.json | python3 -c \
-        "import json, sys; [print('\t'.join(t)) for t in json.load(sys.stdin)['tests']]")
+        "import json, sys; [print('\t'.join(t)) for t in json.load(sys.stdin)['$key']]")
     return $rc
 }
 
@@ -164,8 +165,9 @@ print('vllm', vllm.__version__, 'torch', torch.__version__, \
         run_manifest_tests full $SITE $INTREE "$CARRY/b/paraslstm_series.tar"
         ;;
     stack)
-        # Every prefix of the stack in its own copy of vLLM and tests/, all
-        # at once on the GPUs (each test engine sizes its cache in bytes).
+        # Every prefix of the stack in its own copy of vLLM and tests/, its
+        # last PR's tests, all at once on the GPUs (each test engine sizes
+        # its cache in bytes).
         need_site
         prepare_intree
         pids=()
@@ -176,7 +178,7 @@ print('vllm', vllm.__version__, 'torch', torch.__version__, \
             cp -a $SITE $SITE-$folder && cp -a $INTREE $INTREE-$folder
             python3 tools/paraslstm/gpu/install_series.py $SITE-$folder \
                 "$tarball" $INTREE-$folder >/dev/null || exit 3
-            (run_manifest_tests "$folder" $SITE-$folder $INTREE-$folder "$tarball" \
+            (run_manifest_tests "$folder" $SITE-$folder $INTREE-$folder "$tarball" only \
                 >"$LOGS/stack-$folder.out" 2>&1) &
             pids+=($!)
         done

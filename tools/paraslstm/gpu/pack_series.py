@@ -7,7 +7,8 @@ For every prefix of the PR stack (`series.py apply --upto FOLDER`) writes
 DEST/paraslstm_series-<folder>.tar: every file under vllm/ and tests/ that
 the prefix adds or changes, as the patched tree has it, plus manifest.json
 with the sha256 of the pristine version of each changed file and the
-prefix's pytest invocations. install_series.py checks those hashes before
+prefix's pytest invocations (`tests`: all of the prefix's PRs; `only`: its
+last PR's). install_series.py checks those hashes before
 it overwrites anything, so the result is exactly the patched tree. The last
 prefix is also written as DEST/paraslstm_series.tar.
 
@@ -40,11 +41,17 @@ def pack(folder: str, dest: Path) -> Path:
         "git", "-C", str(tree), "diff", "--name-status", base, "HEAD",
         "--", "vllm/", "tests/",
     )  # fmt: skip
-    tests = [
-        line.split("\t")
-        for line in run(*SERIES, "tests", "--upto", folder).splitlines()
-    ]
-    manifest: dict = {"folder": folder, "added": [], "modified": {}, "tests": tests}
+    tests, only = (
+        [line.split("\t") for line in run(*SERIES, "tests", *args).splitlines()]
+        for args in (("--upto", folder), ("--upto", folder, "--only"))
+    )
+    manifest: dict = {
+        "folder": folder,
+        "added": [],
+        "modified": {},
+        "tests": tests,
+        "only": only,
+    }
     out = dest / f"paraslstm_series-{folder}.tar"
     with tarfile.open(out, "w") as tar:
         for line in status.splitlines():
