@@ -9,26 +9,15 @@ are compared by token ids (`return_token_ids`) against `LLM.generate` /
 `LLM.chat` on the same checkpoint in this process, and against the same
 requests sent one at a time.
 
-State slots: with the default `mamba_cache_mode="none"` every running request
-holds exactly one block of the KV-cache block pool (one block = one
-`(4, d_h)` state per layer). The server exports the pool's usage as the
-`vllm:kv_cache_usage_perc` gauge, `1 - free / (num_gpu_blocks - 1)`, and the
-pool size as `num_gpu_blocks` in `vllm:cache_config_info`, so
-`round(usage * (num_gpu_blocks - 1))` is the number of slots in use: the
-fault tests check that it counts live streams and returns to 0 afterwards.
+State slots (see paraslstm_server_utils): every running request holds one
+block of the KV-cache block pool, so `Server.used_slots()` counts running
+requests: the fault tests check that it counts live streams and returns to 0
+afterwards.
 """
 
 import asyncio
-import contextlib
-import functools
-import json
 import os
 import random
-import signal
-import socket
-import subprocess
-import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -37,20 +26,21 @@ import openai
 import pytest
 import regex as re
 
+from project_tests.plugin.paraslstm_server_utils import (
+    Server,
+    kv_cache_bytes,
+    repo_file,
+    serve,
+    skip_if_host_stalled,
+    wait_slots,
+)
+
 pytestmark = pytest.mark.hybrid_model
 
 DEMO = Path("examples") / "paraslstm-tiny"
 MAX_MODEL_LEN = 1 << 16
 MAX_NUM_SEQS = 64
-NUM_STATE_SLOTS = 256  # about: the KV cache holds this many float32 states
 MAX_TOKENS = 12
-STARTUP_TIMEOUT_S = 420.0
-REQUEST_TIMEOUT_S = 120.0
-STALL_LIMIT_S = 5.0
-
-# `vllm serve` with this interpreter (the project's launcher, which also
-# serves the benchmarks), found in the repo root above this file.
-VLLM_CLI = Path("benchmarks") / "paraslstm" / "vllm_cli.py"
 
 _WORDS = [
     *("return", "the", "value", "of", "object", "string", "number", "list"),
@@ -78,153 +68,9 @@ GREEDY = {"temperature": 0.0, "max_tokens": MAX_TOKENS}
 EXTRA = {"ignore_eos": True, "return_token_ids": True}
 
 
-def _repo_file(path: Path) -> Path:
-    """``path`` in the nearest parent directory of this file that has it (the
-    repo root)."""
-    here = Path(__file__).resolve().parent
-    for root in (here, *here.parents):
-        if (root / path).exists():
-            return root / path
-    reason = f"{path} not found above {here}"
-    if os.environ.get("PARASLSTM_REQUIRE_REFERENCE"):
-        pytest.fail(reason, pytrace=False)
-    pytest.skip(reason)
-    raise AssertionError("unreachable")
-
-
 def _demo_checkpoint() -> Path:
     """The ParaSLSTM demo checkpoint (its config.json's directory)."""
-    return _repo_file(DEMO / "config.json").parent
-
-
-def _kv_cache_bytes(model: Path) -> int:
-    """Room for NUM_STATE_SLOTS states of (4, hidden_size) float32 a layer."""
-    config = json.loads((model / "config.json").read_text())
-    state_bytes = 4 * config["hidden_size"] * 4
-    return config["num_hidden_layers"] * state_bytes * NUM_STATE_SLOTS
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class _Server:
-    def __init__(self, model: Path, log_path: Path):
-        self.model = str(model)
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = log_path
-        config = json.loads((model / "config.json").read_text())
-        self.vocab_size = config["vocab_size"]
-        self.slowest_scrape_s = 0.0
-        args = [
-            *("serve", self.model),
-            *("--host", "127.0.0.1", "--port", str(self.port)),
-            *("--dtype", "float32", "--seed", "0", "--enforce-eager"),
-            *("--max-model-len", str(MAX_MODEL_LEN)),
-            *("--max-num-seqs", str(MAX_NUM_SEQS)),
-            *("--kv-cache-memory-bytes", str(_kv_cache_bytes(model))),
-            # For /inference/v1/abort_requests (explicit aborts).
-            "--enable-scale-out",
-        ]
-        env = dict(os.environ)
-        env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
-        env.setdefault("HF_HUB_OFFLINE", "1")
-        self._log = open(log_path, "wb")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            [sys.executable, str(_repo_file(VLLM_CLI)), *args],
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-        )
-
-    def log_tail(self, n: int = 80) -> str:
-        lines = self.log_path.read_text(errors="replace").splitlines()
-        return "\n".join(lines[-n:])
-
-    def wait_healthy(self, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                pytest.fail(
-                    f"vllm serve exited with {self.proc.returncode}:\n"
-                    f"{self.log_tail()}",
-                    pytrace=False,
-                )
-            try:
-                if httpx.get(self.url + "/health", timeout=5).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(1)
-        pytest.fail(
-            f"vllm serve not healthy after {timeout} s:\n{self.log_tail()}",
-            pytrace=False,
-        )
-
-    def yield_cpu(self) -> None:
-        """Puts the server's session (its own autogroup) at the lowest CPU
-        priority, where the kernel groups tasks by session. On some 2-vCPU
-        VMs (seen: Firecracker, Linux 6.18) a busy nice-0 autogroup keeps
-        every other runnable task off the CPU for as long as it stays busy
-        (measured: 15 s of run-queue wait for a client sleeping in 0.1 s
-        steps), so the client could not time out, disconnect or scrape
-        /metrics while a long generation runs. The engine still gets all the
-        CPU the client leaves idle."""
-        with contextlib.suppress(OSError):
-            Path(f"/proc/{self.proc.pid}/autogroup").write_text("19")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(timeout=60)
-        # Whatever is left of the server's session (engine core, worker).
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(timeout=30)
-        self._log.close()
-
-    def client(self) -> openai.OpenAI:
-        return openai.OpenAI(
-            base_url=self.url + "/v1",
-            api_key="unused",
-            timeout=REQUEST_TIMEOUT_S,
-            max_retries=0,
-        )
-
-    def async_client(self) -> openai.AsyncOpenAI:
-        return openai.AsyncOpenAI(
-            base_url=self.url + "/v1",
-            api_key="unused",
-            timeout=REQUEST_TIMEOUT_S,
-            max_retries=0,
-        )
-
-    def metrics(self) -> dict[str, float]:
-        start = time.monotonic()
-        text = httpx.get(self.url + "/metrics", timeout=30).text
-        self.slowest_scrape_s = max(self.slowest_scrape_s, time.monotonic() - start)
-        out = {}
-        for name in (
-            "kv_cache_usage_perc",
-            "num_requests_running",
-            "generation_tokens_total",
-        ):
-            m = re.search(rf"^vllm:{name}\{{[^}}]*\}} (\S+)$", text, re.M)
-            assert m, f"vllm:{name} missing from /metrics"
-            out[name] = float(m.group(1))
-        m = re.search(r'^vllm:cache_config_info\{.*num_gpu_blocks="(\d+)"', text, re.M)
-        assert m, "num_gpu_blocks missing from vllm:cache_config_info"
-        out["num_gpu_blocks"] = int(m.group(1))
-        return out
-
-    def used_slots(self) -> int:
-        m = self.metrics()
-        return round(m["kv_cache_usage_perc"] * (m["num_gpu_blocks"] - 1))
+    return repo_file(DEMO / "config.json").parent
 
 
 @pytest.fixture(scope="module")
@@ -235,17 +81,15 @@ def demo() -> Path:
 @pytest.fixture(scope="module")
 def _server_proc(demo, request):
     """Starts the server; the offline reference is computed while it boots."""
-    log_dir = Path(tempfile.mkdtemp(prefix="paraslstm_server_"))
-    server = _Server(demo, log_dir / "server.log")
-    failed_before = request.session.testsfailed
-    yield server
-    server.stop()
-    if request.session.testsfailed > failed_before:
-        # Bypass capturing: the server's side of a failure.
-        sys.__stderr__.write(
-            f"\n--- vllm serve log (tail of {server.log_path}) ---\n"
-            f"{server.log_tail(200)}\n"
-        )
+    with serve(
+        request,
+        demo,
+        max_model_len=MAX_MODEL_LEN,
+        max_num_seqs=MAX_NUM_SEQS,
+        # For /inference/v1/abort_requests (explicit aborts).
+        extra_args=["--enable-scale-out"],
+    ) as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
@@ -263,7 +107,7 @@ def offline(demo, _server_proc) -> dict[str, list]:
             enforce_eager=True,
             max_model_len=MAX_MODEL_LEN,
             max_num_seqs=8,
-            kv_cache_memory_bytes=_kv_cache_bytes(demo),
+            kv_cache_memory_bytes=kv_cache_bytes(demo),
             seed=0,
         )
         params = SamplingParams(ignore_eos=True, **GREEDY)
@@ -284,10 +128,10 @@ def offline(demo, _server_proc) -> dict[str, list]:
 
 
 @pytest.fixture(scope="module")
-def server(_server_proc, offline) -> _Server:
+def server(_server_proc, offline) -> Server:
     import vllm
 
-    _server_proc.wait_healthy(STARTUP_TIMEOUT_S)
+    _server_proc.wait_healthy()
     _server_proc.yield_cpu()
     # The server runs the vLLM this process imports (e.g. a patched source
     # tree on PYTHONPATH, not the installed wheel).
@@ -389,7 +233,7 @@ def test_chat_completions_match_offline(server, offline):
     assert offline["chat"][0][1] != offline["chat"][1][1]
 
 
-async def _concurrent(server: _Server, prompts: list[str]) -> list[list[int]]:
+async def _concurrent(server: Server, prompts: list[str]) -> list[list[int]]:
     client = server.async_client()
 
     async def one(i: int) -> list[int]:
@@ -418,22 +262,7 @@ def test_concurrent_requests_match_one_by_one(server, one_by_one):
     print(f"{len(PROMPTS)} concurrent requests: {elapsed:.2f} s")
 
 
-def _wait_slots(server: _Server, want: int, timeout: float = 60.0) -> int:
-    """Polls the used-slot count until it equals `want`; returns the last
-    value. The gauge is refreshed by engine steps only, so while it is not
-    `want`, a one-token request makes the engine step again."""
-    client = server.client()
-    deadline = time.monotonic() + timeout
-    while True:
-        used = server.used_slots()
-        if used == want or time.monotonic() > deadline:
-            return used
-        if want == 0:
-            client.completions.create(model=server.model, prompt="x", max_tokens=1)
-        time.sleep(0.2)
-
-
-def _abort(server: _Server, request_id: str) -> None:
+def _abort(server: Server, request_id: str) -> None:
     r = httpx.post(
         server.url + "/inference/v1/abort_requests",
         json={"request_ids": [request_id]},
@@ -442,47 +271,10 @@ def _abort(server: _Server, request_id: str) -> None:
     assert r.status_code == 200, r.text
 
 
-def _run_queue_wait_s() -> float:
-    """Seconds this thread has spent runnable but off the CPU (schedstat)."""
-    try:
-        return int(Path("/proc/thread-self/schedstat").read_text().split()[1]) / 1e9
-    except (OSError, IndexError, ValueError):
-        return 0.0
-
-
-def _skip_if_host_stalled(test):
-    """Turns a failure into a skip when, during the test, the host kept this
-    thread off the CPU (run-queue wait) or the server from answering a
-    /metrics scrape for more than STALL_LIMIT_S in all: the fault test's
-    timings (client timeouts, live slot counts) cannot hold there. A client
-    starved past its own timeout reads the finished response instead of
-    timing out."""
-
-    @functools.wraps(test)
-    def wrapper(*args, **kwargs):
-        server = kwargs["server"]
-        server.slowest_scrape_s = 0.0
-        waited_before = _run_queue_wait_s()
-        try:
-            return test(*args, **kwargs)
-        except (Exception, pytest.fail.Exception):
-            waited = _run_queue_wait_s() - waited_before
-            stall = max(waited, server.slowest_scrape_s)
-            if stall > STALL_LIMIT_S:
-                pytest.skip(
-                    f"the host stalled the test for {stall:.0f} s "
-                    f"(run-queue wait {waited:.1f} s, slowest /metrics "
-                    f"scrape {server.slowest_scrape_s:.1f} s)"
-                )
-            raise
-
-    return wrapper
-
-
-@_skip_if_host_stalled
+@skip_if_host_stalled
 def test_disconnects_and_aborts_free_their_slots(server, one_by_one):
     client = server.client()
-    assert _wait_slots(server, 0) == 0
+    assert wait_slots(server, 0) == 0
     generated_before = server.metrics()["generation_tokens_total"]
     # Generations far longer than the test (32k tokens each): one request
     # that the client times out on, then, all live at once, 3 completion
@@ -520,7 +312,7 @@ def test_disconnects_and_aborts_free_their_slots(server, one_by_one):
         next(it)  # the request is running
         streams.append((stream, it))
         rids.append(rid)
-    live = _wait_slots(server, len(streams))
+    live = wait_slots(server, len(streams))
     assert live == len(streams), f"{live} slots in use for {len(streams)} streams"
 
     for stream, _ in streams[:4]:
@@ -541,7 +333,7 @@ def test_disconnects_and_aborts_free_their_slots(server, one_by_one):
             assert finish in ("abort", "length"), (i, n, finish)
         print(f"aborted stream {i}: {n} tokens, finish_reason={finish}")
 
-    used = _wait_slots(server, 0)
+    used = wait_slots(server, 0)
     assert used == 0, f"{used} state slots still in use after disconnects/aborts"
     metrics = server.metrics()
     assert metrics["num_requests_running"] == 0
@@ -614,7 +406,7 @@ def test_bad_completion_prompts_rejected(server, one_by_one, case, stream):
     assert tokens == 0
     # The server keeps serving, with the same tokens, and holds no slot.
     assert _complete(client, server.model, PROMPTS[1]) == one_by_one[1]
-    assert _wait_slots(server, 0) == 0
+    assert wait_slots(server, 0) == 0
 
 
 @pytest.mark.parametrize(

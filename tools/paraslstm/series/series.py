@@ -803,7 +803,9 @@ def check_fixes_independent() -> list[str]:
     """A bugfix PR touches no file of another PR, so it applies to a pristine
     tree alone and at any place in the stack."""
     touched = {
-        pr.folder: {p for _, p in numstat(sorted((PATCHES_DIR / pr.folder).glob("*.patch")))}
+        pr.folder: {
+            p for _, p in numstat(sorted((PATCHES_DIR / pr.folder).glob("*.patch")))
+        }
         for pr in STACK
     }
     problems = []
