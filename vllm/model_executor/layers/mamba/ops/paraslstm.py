@@ -139,8 +139,16 @@ def _tile(rows, row_mask, idx_ptr, d, cols, null_block_id, BLOCK_D: tl.constexpr
 
 
 # Runtime values that vary between launches of one compiled variant.
-_VARYING = ["num_seqs", "stride_s_blk", "stride_s_slot"]
-_VARYING_ALIGNMENT = ["qsl_ptr", "idx_ptr", "init_ptr", "ckpt_off_ptr", "ckpt_idx_ptr"]
+_VARYING = ["num_seqs", "stride_s_blk", "stride_s_slot", "stride_idx_row", "num_cols"]
+_VARYING_ALIGNMENT = [
+    "qsl_ptr",
+    "idx_ptr",
+    "init_ptr",
+    "ckpt_off_ptr",
+    "ckpt_idx_ptr",
+    "acc_ptr",
+    "h_buf_ptr",
+]
 
 
 @triton.jit(
@@ -219,9 +227,12 @@ def _paraslstm_update_kernel(
 
 
 @triton.jit
-def _commit_step(new, carry, t, ctx, HAS_CKPT: tl.constexpr):
+def _commit_step(
+    new, carry, t, ctx, spec_ctx, HAS_CKPT: tl.constexpr, SPEC: tl.constexpr
+):
     """Step ``t``'s state for the rows that are that long; writes ``h`` (zero
-    for padding rows) and the checkpoints taken at this step."""
+    for padding rows), the checkpoints taken at this step and, in verify
+    mode, the state to the page of column ``t`` of the row's table."""
     o, stride_o_tok, lens, valid, ch_mask, ckpt, sc, stride_s_slot = ctx
     c_new, n_new, m_new, h_new = new
     c, n, m, h = carry
@@ -231,6 +242,13 @@ def _commit_step(new, carry, t, ctx, HAS_CKPT: tl.constexpr):
     if HAS_CKPT:
         at = (ckpt == t + 1)[:, None] & active & ch_mask[None, :]
         _store_state(sc, stride_s_slot, at, c_new, n_new, m_new, h_new)
+    if SPEC:
+        table, num_cols, null_block_id, s_ch, stride_s_blk = spec_ctx
+        store = valid & (t < lens) & (t < num_cols)
+        page = tl.load(table + t, mask=store, other=null_block_id)
+        at = (store & (page != null_block_id))[:, None] & ch_mask[None, :]
+        st = s_ch + page.to(tl.int64)[:, None] * stride_s_blk
+        _store_state(st, stride_s_slot, at, c_new, n_new, m_new, h_new)
     return (
         tl.where(active, c_new, c),
         tl.where(active, n_new, n),
@@ -246,7 +264,17 @@ def _scan_load(g, t, stride_g_tok, stride_gate, lens, ch_mask):
 
 
 @triton.jit
-def _scan_step(pre, t, rec, carry, ctx, HEAD: tl.constexpr, HAS_CKPT: tl.constexpr):
+def _scan_step(
+    pre,
+    t,
+    rec,
+    carry,
+    ctx,
+    spec_ctx,
+    HEAD: tl.constexpr,
+    HAS_CKPT: tl.constexpr,
+    SPEC: tl.constexpr,
+):
     a_i, a_f, a_z, a_o = pre
     r_i, r_f, r_z, r_o = rec
     h = carry[3]
@@ -255,7 +283,7 @@ def _scan_step(pre, t, rec, carry, ctx, HEAD: tl.constexpr, HAS_CKPT: tl.constex
     a_z = _add_recurrent(a_z, r_z, h, HEAD)
     a_o = _add_recurrent(a_o, r_o, h, HEAD)
     new = _slstm_cell(a_i, a_f, a_z, a_o, carry[0], carry[1], carry[2])
-    return _commit_step(new, carry, t, ctx, HAS_CKPT)
+    return _commit_step(new, carry, t, ctx, spec_ctx, HAS_CKPT, SPEC)
 
 
 @triton.jit(
@@ -286,8 +314,13 @@ def _paraslstm_scan_kernel(
     null_block_id,
     ckpt_off_ptr,
     ckpt_idx_ptr,
+    acc_ptr,
+    h_buf_ptr,
+    stride_idx_row,
+    num_cols,
     HAS_INIT: tl.constexpr,
     HAS_CKPT: tl.constexpr,
+    SPEC: tl.constexpr,
     HEAD: tl.constexpr,
     WIDE: tl.constexpr,
     BLOCK_B: tl.constexpr,
@@ -296,19 +329,30 @@ def _paraslstm_scan_kernel(
     UNROLL: tl.constexpr,
 ):
     """The time loops of ``BLOCK_B`` sequences x ``BLOCK_D`` channels (one
-    head), with the state in registers."""
+    head), with the state in registers. ``SPEC`` (verify mode): ``idx_ptr``
+    is a table of ``num_cols`` pages per row; a row starts from the page in
+    column ``acc_ptr[row] - 1`` and stores its state after step t to the page
+    in column t."""
     seqs = tl.program_id(0) * BLOCK_B + tl.arange(0, BLOCK_B)
     seq_mask = seqs < num_seqs
     starts = tl.load(qsl_ptr + seqs, mask=seq_mask, other=0)
     lens = tl.load(qsl_ptr + seqs + 1, mask=seq_mask, other=0) - starts
     lens = tl.where(seq_mask, lens, 0)
+    table = idx_ptr + seqs.to(tl.int64) * stride_idx_row
+    start = seqs
+    if SPEC:
+        acc = tl.load(acc_ptr + seqs, mask=seq_mask, other=1)
+        col = tl.minimum(tl.maximum(acc - 1, 0), num_cols - 1)
+        start = seqs.to(tl.int64) * stride_idx_row + col
     e, ch, ch_mask, pages, valid = _tile(
-        seqs, seq_mask, idx_ptr, d, cols, null_block_id, BLOCK_D
+        start, seq_mask, idx_ptr, d, cols, null_block_id, BLOCK_D
     )
     smask = valid[:, None] & ch_mask[None, :]
     init = valid & HAS_INIT
     if HAS_INIT:
         init = init & (tl.load(init_ptr + seqs, mask=seq_mask, other=0) != 0)
+    if SPEC:
+        init = valid
     s = state_ptr + pages[:, None] * stride_s_blk + ch[None, :] * stride_s_ch
     carry = _load_state(s, stride_s_slot, init[:, None] & ch_mask[None, :])
     # 64-bit token strides: t * stride may pass 2**31.
@@ -328,17 +372,27 @@ def _paraslstm_scan_kernel(
         ckpt = tl.where(valid & (ckpt_pages != null_block_id), ckpt, 0)
         sc = state_ptr + ckpt_pages[:, None] * stride_s_blk + ch[None, :] * stride_s_ch
     ctx = (o, stride_o_tok, lens, valid, ch_mask, ckpt, sc, stride_s_slot)
+    s_ch = state_ptr + ch[None, :] * stride_s_ch
+    spec_ctx = (table, num_cols, null_block_id, s_ch, stride_s_blk)
     sg = d * stride_g_ch
 
     if WIDE:
         # Heads whose recurrent blocks do not fit on chip: each step
-        # publishes h to the pages and streams R in K chunks.
+        # publishes h to memory (the pages; in verify mode, whose pages must
+        # keep their states, a buffer of a row per sequence) and streams R in
+        # K chunks.
         h_row = state_ptr + pages[:, None] * stride_s_blk + 3 * stride_s_slot
+        h_pub = s + 3 * stride_s_slot
+        stride_h_ch = stride_s_ch
+        if SPEC:
+            h_row = h_buf_ptr + seqs.to(tl.int64)[:, None] * d
+            h_pub = h_row + ch[None, :]
+            stride_h_ch = 1
         r = rec_ptr + tl.program_id(1) * stride_r_head + e[None, :] * stride_r_out
-        sty = state_ptr.dtype.element_ty
+        sty = h_pub.dtype.element_ty
         for t in range(0, tl.max(lens, axis=0)):
             pre = _scan_load(g, t, stride_g_tok, sg, lens, ch_mask)
-            tl.store(s + 3 * stride_s_slot, carry[3].to(sty), mask=smask)
+            tl.store(h_pub, carry[3].to(sty), mask=smask)
             tl.debug_barrier()
             a_i, a_f, a_z, a_o = _add_recurrent_streamed(
                 pre,
@@ -348,14 +402,14 @@ def _paraslstm_scan_kernel(
                 cols,
                 valid,
                 ch_mask,
-                stride_s_ch,
+                stride_h_ch,
                 stride_r_gate,
                 stride_r_in,
                 BLOCK_K,
             )
             tl.debug_barrier()
             new = _slstm_cell(a_i, a_f, a_z, a_o, carry[0], carry[1], carry[2])
-            carry = _commit_step(new, carry, t, ctx, HAS_CKPT)
+            carry = _commit_step(new, carry, t, ctx, spec_ctx, HAS_CKPT, SPEC)
     else:
         if HEAD:
             r = rec_ptr + tl.program_id(1) * stride_r_head
@@ -373,11 +427,14 @@ def _paraslstm_scan_kernel(
                 q = _scan_load(g, t + UNROLL + u, stride_g_tok, sg, lens, ch_mask)
                 pre = pre + (q,)
             for u in tl.static_range(UNROLL):
-                carry = _scan_step(pre[u], t + u, rec, carry, ctx, HEAD, HAS_CKPT)
+                carry = _scan_step(
+                    pre[u], t + u, rec, carry, ctx, spec_ctx, HEAD, HAS_CKPT, SPEC
+                )
             pre = pre[UNROLL:]
 
-    c, n, m, h = carry
-    _store_state(s, stride_s_slot, smask, c, n, m, h)
+    if not SPEC:
+        c, n, m, h = carry
+        _store_state(s, stride_s_slot, smask, c, n, m, h)
 
 
 def _launch(
@@ -478,6 +535,14 @@ def _scan_config(num_seqs: int, recurrent: torch.Tensor, elem_size: int) -> dict
         WIDE=False, BLOCK_B=1, BLOCK_D=block_d, BLOCK_K=16, UNROLL=unroll,
         num_warps=num_warps,
     )  # fmt: skip
+
+
+def _verify_config(
+    num_seqs: int, recurrent: torch.Tensor, elem_size: int, num_cols: int
+) -> dict:
+    """The scan's configuration, its gate look-ahead no deeper than a row."""
+    cfg = _scan_config(num_seqs, recurrent, elem_size)
+    return {**cfg, "UNROLL": min(cfg["UNROLL"], num_cols)}
 
 
 def paraslstm_update(
@@ -585,8 +650,85 @@ def paraslstm_scan(
         {**cfg, **(config or {})},
         ckpt_off_ptr=checkpoint_offsets if has_ckpt else state_indices,
         ckpt_idx_ptr=checkpoint_state_indices if has_ckpt else state_indices,
+        acc_ptr=state_indices,
+        h_buf_ptr=state_indices,
+        stride_idx_row=0,
+        num_cols=0,
         HAS_INIT=init is not None,
         HAS_CKPT=has_ckpt,
+        SPEC=False,
+        HEAD=recurrent.dim() == 4,
+    )
+
+
+def paraslstm_verify(
+    gates: torch.Tensor,
+    recurrent: torch.Tensor,
+    state: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    state_indices: torch.Tensor,
+    num_accepted_tokens: torch.Tensor,
+    out: torch.Tensor,
+    null_block_id: int = NULL_BLOCK_ID,
+    *,
+    config: dict | None = None,
+) -> None:
+    """Speculative decoding's verify step: decode rows of ``1 + k`` tokens
+    (the last accepted token and ``k`` drafts, ``0 <= k <= K``).
+
+    A row starts from the state in column ``num_accepted_tokens[r] - 1`` of
+    its row of ``state_indices``, runs its tokens in order and stores its
+    state after its token ``t`` to the page in column ``t``. Null pages are
+    skipped; a row whose start page is null is padding (no page read or
+    written, its outputs zeroed). Other pages are untouched.
+
+    Args:
+        gates: ``(num_tokens, 4 * d)`` packed input pre-activations.
+        recurrent: ``(4, d)`` or ``(4, H, d/H, d/H)`` clamped weights.
+        state: ``(num_blocks, 4, d)`` state pages.
+        query_start_loc: ``(B + 1,)`` int32 token offsets of the rows.
+        state_indices: ``(B, 1 + K)`` int32 pages of each row (unit column
+            stride).
+        num_accepted_tokens: ``(B,)`` int32, at least 1.
+        out: ``(num_tokens, d)`` receives ``h`` for every token.
+        null_block_id: state index that marks absent pages.
+        config: launch configuration overriding the heuristic (tuning).
+
+    """
+    num_seqs, d = query_start_loc.shape[0] - 1, state.shape[-1]
+    assert gates.shape[1] == 4 * d and out.shape == (gates.shape[0], d)
+    assert recurrent.shape[0] == 4 and state_indices.dim() == 2
+    assert state_indices.shape[0] == num_seqs and state_indices.stride(1) == 1
+    assert num_accepted_tokens.shape == (num_seqs,)
+    if num_seqs <= 0:
+        return
+    num_cols = state_indices.shape[1]
+    cfg = _verify_config(num_seqs, recurrent, gates.element_size(), num_cols)
+    cfg.update(config or {})
+    h_buf = state_indices
+    if cfg["WIDE"]:
+        h_buf = torch.empty(num_seqs, d, dtype=state.dtype, device=state.device)
+    _launch(
+        _paraslstm_scan_kernel,
+        gates,
+        recurrent,
+        state,
+        query_start_loc,
+        state_indices,
+        state_indices,
+        out,
+        num_seqs,
+        null_block_id,
+        cfg,
+        ckpt_off_ptr=state_indices,
+        ckpt_idx_ptr=state_indices,
+        acc_ptr=num_accepted_tokens,
+        h_buf_ptr=h_buf,
+        stride_idx_row=state_indices.stride(0),
+        num_cols=num_cols,
+        HAS_INIT=False,
+        HAS_CKPT=False,
+        SPEC=True,
         HEAD=recurrent.dim() == 4,
     )
 
@@ -597,12 +739,14 @@ def paraslstm_warmup(
     gate_dtype: torch.dtype,
     max_num_seqs: int,
     checkpoints: bool,
+    num_speculative_tokens: int = 0,
 ) -> None:
     """Compile every kernel variant that serving can launch: each launch
     configuration of 1 to ``max_num_seqs`` sequences, with and without
     initial states (and checkpoints), and each 16-byte alignment of the
-    prefill slices ``gates[num_decodes:]`` and ``out[num_decodes:]``. All
-    rows are padding: no state page is read or written."""
+    prefill slices ``gates[num_decodes:]`` and ``out[num_decodes:]``; with
+    speculation, the verify mode of each configuration (its rows lead the
+    batch). All rows are padding: no state page is read or written."""
     d, elem_size, dev = state.shape[-1], gate_dtype.itemsize, state.device
     gates = torch.zeros(16, 4 * d, dtype=gate_dtype, device=dev)
     out = torch.empty(16, d, dtype=gate_dtype, device=dev)
@@ -631,13 +775,23 @@ def paraslstm_warmup(
                         checkpoint_state_indices=None if ckpt is None else idx,
                         config=cfg,
                     )  # fmt: skip
+    if num_speculative_tokens > 0:
+        cols = 1 + num_speculative_tokens
+        table = idx.new_full((1, cols), NULL_BLOCK_ID)
+        configs = (_verify_config(n, recurrent, elem_size, cols) for n in batches)
+        for cfg in distinct(configs):
+            paraslstm_verify(
+                gates[:1], recurrent, state, qsl, table, qsl[1:], out[:1], config=cfg
+            )
 
 
 if current_platform.is_cpu():
     from vllm.model_executor.layers.mamba.ops.cpu.paraslstm import (
         paraslstm_scan_cpu,
         paraslstm_update_cpu,
+        paraslstm_verify_cpu,
     )
 
     paraslstm_scan = paraslstm_scan_cpu  # type: ignore[assignment]
     paraslstm_update = paraslstm_update_cpu  # type: ignore[assignment]
+    paraslstm_verify = paraslstm_verify_cpu  # type: ignore[assignment]

@@ -184,3 +184,61 @@ def paraslstm_scan_cpu(
         for b in pad:
             h_packed[(perm >= bounds[b]) & (perm < bounds[b + 1])] = 0.0
         out.index_copy_(0, perm, h_packed.to(out.dtype))
+
+
+def paraslstm_verify_cpu(
+    gates: torch.Tensor,
+    recurrent: torch.Tensor,
+    state: torch.Tensor,
+    query_start_loc: torch.Tensor,
+    state_indices: torch.Tensor,
+    num_accepted_tokens: torch.Tensor,
+    out: torch.Tensor,
+    null_block_id: int = NULL_BLOCK_ID,
+) -> None:
+    """Speculative verify step; see ``ops/paraslstm.py::paraslstm_verify``."""
+    num_seqs, d = query_start_loc.shape[0] - 1, state.shape[-1]
+    assert gates.shape[1] == 4 * d and out.shape == (gates.shape[0], d)
+    assert recurrent.shape[0] == 4 and state_indices.dim() == 2
+    assert state_indices.shape[0] == num_seqs
+    assert num_accepted_tokens.shape == (num_seqs,)
+    if num_seqs <= 0:
+        return
+    num_cols = state_indices.shape[1]
+    table = state_indices.long()
+    starts = query_start_loc[:-1].long()
+    lens = query_start_loc[1:].long() - starts
+    col = (num_accepted_tokens.long() - 1).clamp(0, num_cols - 1)
+    first = table.gather(1, col.unsqueeze(1)).squeeze(1)
+    valid = first != null_block_id
+    carry = state.index_select(0, torch.where(valid, first, 0))
+    rec = _zifo(recurrent.to(state.dtype), 0)
+    gates3 = gates.view(-1, 4, d)
+    for t in range(int(lens.max())):
+        rows = (lens > t).nonzero().squeeze(1)
+        tokens = starts[rows] + t
+        pre = _zifo(gates3.index_select(0, tokens), 1).to(state.dtype)
+        prev = carry.index_select(0, rows)
+        _add_recurrent_(pre, rec, prev[:, 3:4])
+        z, i, f, o = pre.split(1, dim=1)
+        _cell_(
+            z,
+            i,
+            f,
+            o,
+            pre[:, 1:3],
+            pre[:, 0:2],
+            prev[:, 0:2],
+            prev[:, 0:1],
+            prev[:, 1:2],
+            prev[:, 2:3],
+            prev[:, 3:4],
+        )
+        carry.index_copy_(0, rows, prev)
+        ok = valid[rows]
+        h = torch.where(ok[:, None], prev[:, 3], 0.0)
+        out.index_copy_(0, tokens, h.to(out.dtype))
+        if t < num_cols:
+            pages = table[rows, t]
+            keep = (ok & (pages != null_block_id)).nonzero().squeeze(1)
+            state.index_copy_(0, pages[keep], prev[keep])
