@@ -144,7 +144,8 @@ def test_verify_matches_update(impl, mix, d, num_heads, num_drafts):
             if t < cols and table[r, t] != NULL:
                 want[table[r, t]] = want[scratch[r]]
     want[num_blocks:] = pages[num_blocks:].to(device)
-    tol = 0 if impl == "cpu" else 2e-6
+    # the CPU op's diag steps are the update's; dots may round differently
+    tol = 0 if (impl, mix) == ("cpu", "diag") else 1e-5
     torch.testing.assert_close(out, want_out, atol=tol, rtol=tol)
     torch.testing.assert_close(state, want, atol=tol, rtol=tol, equal_nan=True)
 

@@ -382,17 +382,18 @@ def _paraslstm_scan_kernel(
         # keep their states, a buffer of a row per sequence) and streams R in
         # K chunks.
         h_row = state_ptr + pages[:, None] * stride_s_blk + 3 * stride_s_slot
-        h_pub = s + 3 * stride_s_slot
         stride_h_ch = stride_s_ch
         if SPEC:
             h_row = h_buf_ptr + seqs.to(tl.int64)[:, None] * d
-            h_pub = h_row + ch[None, :]
             stride_h_ch = 1
         r = rec_ptr + tl.program_id(1) * stride_r_head + e[None, :] * stride_r_out
-        sty = h_pub.dtype.element_ty
+        sty = h_row.dtype.element_ty
         for t in range(0, tl.max(lens, axis=0)):
             pre = _scan_load(g, t, stride_g_tok, sg, lens, ch_mask)
-            tl.store(h_pub, carry[3].to(sty), mask=smask)
+            if SPEC:
+                tl.store(h_row + ch[None, :], carry[3].to(sty), mask=smask)
+            else:
+                tl.store(s + 3 * stride_s_slot, carry[3].to(sty), mask=smask)
             tl.debug_barrier()
             a_i, a_f, a_z, a_o = _add_recurrent_streamed(
                 pre,
