@@ -52,6 +52,7 @@ def paraslstm_triton_warmup(worker: Worker) -> None:
             gate_dtype,
             vllm_config.scheduler_config.max_num_seqs,
             checkpoints=vllm_config.cache_config.mamba_cache_mode == "align",
+            num_speculative_tokens=vllm_config.num_speculative_tokens,
         )
     if warmed:
         logger.info("Warmed up the ParaSLSTM kernels.")

@@ -25,6 +25,7 @@ from vllm.model_executor.layers.mamba.mamba_utils import (
 from vllm.model_executor.layers.mamba.ops.paraslstm import (
     paraslstm_scan,
     paraslstm_update,
+    paraslstm_verify,
 )
 from vllm.model_executor.layers.quantization import QuantizationConfig
 from vllm.model_executor.utils import set_weight_attrs
@@ -140,7 +141,20 @@ class ParaSLSTMMixer(MambaBase, PluggableLayer):
         state = self.kv_cache[0]
         num_decodes = attn_metadata.num_decode_tokens
         num_prefills = attn_metadata.num_prefill_tokens
-        if num_decodes > 0:
+        if num_decodes > 0 and attn_metadata.num_accepted_tokens is not None:
+            # Speculative decoding: every decode row, drafts or none.
+            assert attn_metadata.query_start_loc_d is not None
+            assert attn_metadata.state_indices_tensor_d is not None
+            paraslstm_verify(
+                gates[:num_decodes],
+                self.recurrent_weight,
+                state,
+                attn_metadata.query_start_loc_d,
+                attn_metadata.state_indices_tensor_d,
+                attn_metadata.num_accepted_tokens,
+                output[:num_decodes],
+            )
+        elif num_decodes > 0:
             assert attn_metadata.state_indices_tensor_d is not None
             paraslstm_update(
                 gates[:num_decodes],

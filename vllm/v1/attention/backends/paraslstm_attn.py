@@ -46,6 +46,8 @@ class ParaSLSTMAttentionMetadataBuilder(
     metadata_cls = ParaSLSTMAttentionMetadata
     # No convolution state.
     needs_causal_conv1d_metadata = False
+    # The verify kernel writes one state page per draft token.
+    supports_spec_decode_metadata = True
 
     def __init__(
         self,
@@ -64,9 +66,16 @@ class ParaSLSTMAttentionMetadataBuilder(
         common_prefix_len: int,
         common_attn_metadata: CommonAttentionMetadata,
         fast_build: bool = False,
+        *,
+        num_accepted_tokens: torch.Tensor | None = None,
+        num_decode_draft_tokens_cpu: torch.Tensor | None = None,
         **kwargs: Any,
     ) -> ParaSLSTMAttentionMetadata:
-        common = self._compute_common_metadata(common_attn_metadata)
+        common = self._compute_common_metadata(
+            common_attn_metadata,
+            num_accepted_tokens=num_accepted_tokens,
+            num_decode_draft_tokens_cpu=num_decode_draft_tokens_cpu,
+        )
         if common.num_prefills == 0:
             return common
         first = common.num_reqs - common.num_prefills
