@@ -33,10 +33,16 @@ EDITED_MODULES = {
     "vllm.model_executor.models.config": (
         "models-config-map.diff",
         "models-config-prefix-caching.diff",
+        "spec-decode-config.diff",
     ),
     "vllm.model_executor.warmup.kernel_warmup": ("kernel-warmup.diff",),
-    # vLLM's, not ParaSLSTM's: seeded requests with chunked prefill on CPU.
-    "vllm.v1.worker.gpu_model_runner": ("fix-cpu-seeded-chunked-prefill.diff",),
+    "vllm.v1.attention.backend": ("spec-decode-builder-flag.diff",),
+    "vllm.v1.worker.gpu_model_runner": (
+        # vLLM's, not ParaSLSTM's: seeded requests with chunked prefill on CPU.
+        "fix-cpu-seeded-chunked-prefill.diff",
+        "spec-decode-runner.diff",
+    ),
+    "vllm.v1.worker.gpu.model_states.mamba_hybrid": ("spec-decode-runner-v2.diff",),
 }
 
 __all__ = ["register", "series_merged"]
