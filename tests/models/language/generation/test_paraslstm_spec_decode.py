@@ -9,6 +9,7 @@ from tests.models.registry import HF_EXAMPLE_MODELS
 from vllm import SamplingParams
 from vllm.engine.arg_utils import EngineArgs
 from vllm.model_executor.models.config import MODELS_CONFIG_MAP
+from vllm.triton_utils import HAS_TRITON
 
 pytestmark = pytest.mark.hybrid_model
 
@@ -95,6 +96,9 @@ def test_ngram_chunked_prefill(vllm_runner, model: str) -> None:
     )
 
 
+@pytest.mark.skipif(
+    not HAS_TRITON, reason="align-mode state copies with drafts are Triton kernels"
+)
 def test_ngram_prefix_caching(vllm_runner) -> None:
     """Align mode: states are checkpointed at block ends while drafts are
     verified, and the second pass resumes from them."""
@@ -136,3 +140,14 @@ def test_unsupported_method(method: str) -> None:
     model_config_cls = MODELS_CONFIG_MAP[vllm_config.model_config.architecture]
     with pytest.raises(ValueError, match="ngram, ngram_gpu, suffix, draft_model"):
         model_config_cls.verify_and_update_config(vllm_config)
+
+
+def test_prefix_caching_needs_triton() -> None:
+    model = TINY_MODELS[0]
+    _skip_if_unavailable(model)
+    vllm_config = EngineArgs(
+        model=model,
+        speculative_config=SPECULATIVE_CONFIG,
+        enable_prefix_caching=True,
+    ).create_engine_config()
+    assert vllm_config.cache_config.enable_prefix_caching == HAS_TRITON
