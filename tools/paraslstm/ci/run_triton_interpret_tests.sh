@@ -67,7 +67,8 @@ start=$(date +%s)
 set +e
 env TRITON_INTERPRET=1 PYTHONPATH="$ROOT:$SHIM" PYTHONNOUSERSITE=1 \
     timeout "$TEST_TIMEOUT" "$PY" -m pytest -p no:cacheprovider -rp \
-    tests/kernels/mamba/test_paraslstm_ops.py "$@" 2>&1 | tee "$LOG"
+    tests/kernels/mamba/test_paraslstm_ops.py \
+    tests/kernels/mamba/test_paraslstm_spec_ops.py "$@" 2>&1 | tee "$LOG"
 rc=${PIPESTATUS[0]}
 set -e
 log "pytest exit code $rc after $(( $(date +%s) - start ))s"

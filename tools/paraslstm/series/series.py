@@ -144,7 +144,7 @@ STACK: tuple[PullRequest, ...] = (
         ),
         patterns=(
             "vllm/model_executor/layers/mamba/ops/**",
-            "tests/kernels/**",
+            "tests/kernels/mamba/test_paraslstm_ops.py",
         ),
         edits=("buildkite-cpu-kernel-tests.diff",),
         tests=(("tests/kernels/mamba/test_paraslstm_ops.py",),),
@@ -166,7 +166,8 @@ STACK: tuple[PullRequest, ...] = (
             "vllm/model_executor/layers/mamba/*",
             "vllm/model_executor/models/**",
             "vllm/v1/**",
-            "tests/models/**",
+            "tests/models/fixtures/paraslstm_tiny.json",
+            "tests/models/language/generation/test_paraslstm.py",
         ),
         edits=(
             "hf-config-lazy-import.diff",
@@ -216,6 +217,33 @@ STACK: tuple[PullRequest, ...] = (
         patterns=("vllm/model_executor/warmup/**",),
         edits=("kernel-warmup.diff",),
         tests=(("tests/kernels/mamba/test_paraslstm_ops.py",),),
+    ),
+    PullRequest(
+        folder="5-spec-decode",
+        subject="[Spec Decode] ParaSLSTM: n-gram, suffix and draft-model speculation",
+        body=(
+            "Verify drafts on ParaSLSTM's recurrent state: a verify mode of the\n"
+            "scan (start from the page of the last accepted token, store the\n"
+            "state after each token in its own page), the builder and mixer\n"
+            "passing the spec metadata through, and a builder flag so that the\n"
+            "V1 and V2 runners give accepted-token counts to an attention-free\n"
+            "model. Allows ngram, ngram_gpu, suffix and draft_model; other\n"
+            "methods fail at config time naming these."
+        ),
+        patterns=(
+            "tests/kernels/mamba/test_paraslstm_spec_ops.py",
+            "tests/models/language/generation/test_paraslstm_spec_decode.py",
+        ),
+        edits=(
+            "spec-decode-builder-flag.diff",
+            "spec-decode-runner.diff",
+            "spec-decode-runner-v2.diff",
+            "spec-decode-config.diff",
+        ),
+        tests=(
+            ("tests/kernels/mamba/test_paraslstm_spec_ops.py",),
+            ("tests/models/language/generation/test_paraslstm_spec_decode.py",),
+        ),
     ),
 )
 STAGES_DIR_NAME = "stages"
@@ -799,24 +827,45 @@ def is_fix(folder: str) -> bool:
     return any(w in ("fix", "bugfix") for w in folder.split("-")[1:])
 
 
-def check_fixes_independent() -> list[str]:
-    """A bugfix PR touches no file of another PR, so it applies to a pristine
-    tree alone and at any place in the stack."""
-    touched = {
-        pr.folder: {
-            p for _, p in numstat(sorted((PATCHES_DIR / pr.folder).glob("*.patch")))
-        }
-        for pr in STACK
-    }
-    problems = []
-    for fix in filter(is_fix, touched):
-        for other, paths in touched.items():
-            if other != fix:
-                problems += [
-                    f"patches/{fix}: {p} is also changed by {other}"
-                    for p in sorted(touched[fix] & paths)
-                ]
-    return problems
+def check_fixes_independent(version: str, tmp: Path) -> list[str]:
+    """The stack without its bugfix PRs applies with `git am` too, so each
+    bugfix (checked alone as a prefix when it comes first) can be merged
+    before or after the others."""
+    global VLLM_VERSION
+    base_version, VLLM_VERSION = VLLM_VERSION, version
+    rest = [pr for pr in STACK if not is_fix(pr.folder)]
+    if len(rest) == len(STACK):
+        VLLM_VERSION = base_version
+        return []
+    patches = [
+        p for pr in rest for p in sorted((PATCHES_DIR / pr.folder).glob("*.patch"))
+    ]
+    try:
+        repo = fresh_clone(tmp / f"nofix-{version}")
+        proc = subprocess.run(
+            [
+                "git",
+                "-C",
+                str(repo),
+                "am",
+                "-q",
+                "--keep-non-patch",
+                *map(str, patches),
+            ],
+            env=git_env(),
+            capture_output=True,
+            text=True,
+        )
+        if proc.returncode != 0:
+            return [
+                f"v{version}: the stack without its bugfix PRs does not apply:\n"
+                f"{proc.stdout}{proc.stderr}"
+            ]
+        log(f"v{version}: the stack without its bugfix PRs applies")
+        return []
+    finally:
+        VLLM_VERSION = base_version
+        shutil.rmtree(tmp / f"nofix-{version}", ignore_errors=True)
 
 
 def check_budgets() -> list[str]:
@@ -922,13 +971,13 @@ def cmd_check(args: argparse.Namespace) -> int:
         if stray:
             problems.append(f"patches/: not in STACK: {stray}")
         problems += check_budgets()
-        problems += check_fixes_independent()
         for path in stages[-1]:
             if (pristine / path).exists():
                 problems.append(f"{path} exists in v{VLLM_VERSION}: edit it by a diff")
         for version in (VLLM_VERSION, *ALSO_TARGETS):
             for k in range(len(STACK)):
                 problems += check_prefix(k, stages[k], version, tmp)
+            problems += check_fixes_independent(version, tmp)
         am = fresh_clone(tmp / "am-full")
         am_patches(am)
         if git(am, "rev-parse", "HEAD^{tree}") != git(
