@@ -35,6 +35,8 @@
 #             from .gpuvllm/t), results to serving-S.jsonl (and .png where
 #             matplotlib is)
 #   prefix "ARGS"  benchmarks/paraslstm/benchmark_prefix_caching.py ARGS
+#   specbench "ARGS"  benchmarks/paraslstm/benchmark_spec_decode.py ARGS
+#             (speculation on against off on the KJV model)
 #
 # Several stages may be given: `device.sh b tests bench small`.
 set -uo pipefail
@@ -285,6 +287,16 @@ print('vllm', vllm.__version__, 'torch', torch.__version__, \
         timeout 590 python3 benchmarks/paraslstm/benchmark_prefix_caching.py \
             "${extra[@]}" --json "$LOGS/prefix.json" >"$LOGS/prefix.log" 2>&1 || STATUS=1
         grep -v "^{" "$LOGS/prefix.log" | tail -n 40
+        shift
+        ;;
+    specbench)
+        need_site
+        read -r -a extra <<<"$1"
+        note "specbench ${extra[*]}"
+        timeout 590 python3 benchmarks/paraslstm/benchmark_spec_decode.py \
+            "${extra[@]}" --json "$LOGS/specbench.jsonl" >"$LOGS/specbench.log" 2>&1 \
+            || STATUS=1
+        grep "^|" "$LOGS/specbench.log"
         shift
         ;;
     kernelbench)
