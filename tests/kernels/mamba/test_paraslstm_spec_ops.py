@@ -13,6 +13,7 @@ from tests.kernels.mamba.test_paraslstm_ops import (
     _check,
     _pages,
     _recurrent,
+    _scan,
     reference_scan,
 )
 from vllm.model_executor.layers.mamba.ops import paraslstm as ops
@@ -148,6 +149,27 @@ def test_verify_matches_update(impl, mix, d, num_heads, num_drafts):
     tol = 0 if (impl, mix) == ("cpu", "diag") else 1e-5
     torch.testing.assert_close(out, want_out, atol=tol, rtol=tol)
     torch.testing.assert_close(state, want, atol=tol, rtol=tol, equal_nan=True)
+
+
+@pytest.mark.parametrize("impl", list(IMPLS))
+@pytest.mark.parametrize("mix,d,num_heads", SHAPES)
+def test_scan_state_indices_column(impl, mix, d, num_heads):
+    """With speculation the builders give prefill rows the first column of
+    their (B, 1 + K) page table: a strided index vector."""
+    torch.manual_seed(4)
+    lens = [5, 1, 12, 3]
+    table = torch.tensor(
+        [[3, 9, 10], [NULL, 11, 12], [7, 13, 14], [1, 15, 16]], dtype=torch.int32
+    )
+    has_init = torch.tensor([True, True, False, True])
+    pages = _pages(17, d)
+    rec = _recurrent(mix, d, num_heads)
+    gates = torch.randn(sum(lens), 4 * d) * 4
+    qsl = torch.tensor([0] + lens).cumsum(0)
+    want = reference_scan(gates, rec, pages, qsl, table[:, 0].contiguous(), has_init)
+    idx = table.to(IMPLS[impl][0])[:, 0]
+    assert idx.stride(0) == 3
+    _check(*_scan(impl, gates, rec, pages, lens, idx, has_init), want)
 
 
 @pytest.mark.parametrize("impl", list(IMPLS))

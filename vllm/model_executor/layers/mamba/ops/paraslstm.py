@@ -338,12 +338,11 @@ def _paraslstm_scan_kernel(
     starts = tl.load(qsl_ptr + seqs, mask=seq_mask, other=0)
     lens = tl.load(qsl_ptr + seqs + 1, mask=seq_mask, other=0) - starts
     lens = tl.where(seq_mask, lens, 0)
-    table = idx_ptr + seqs.to(tl.int64) * stride_idx_row
-    start = seqs
+    start = seqs.to(tl.int64) * stride_idx_row
+    table = idx_ptr + start
     if SPEC:
         acc = tl.load(acc_ptr + seqs, mask=seq_mask, other=1)
-        col = tl.minimum(tl.maximum(acc - 1, 0), num_cols - 1)
-        start = seqs.to(tl.int64) * stride_idx_row + col
+        start += tl.minimum(tl.maximum(acc - 1, 0), num_cols - 1)
     e, ch, ch_mask, pages, valid = _tile(
         start, seq_mask, idx_ptr, d, cols, null_block_id, BLOCK_D
     )
@@ -614,7 +613,8 @@ def paraslstm_scan(
         recurrent: ``(4, d)`` or ``(4, H, d/H, d/H)`` clamped weights.
         state: ``(num_blocks, 4, d)`` state pages.
         query_start_loc: ``(B + 1,)`` int32 token offsets of the sequences.
-        state_indices: ``(B,)`` int32 page of each sequence; ``null_block_id``
+        state_indices: ``(B,)`` int32 page of each sequence, any stride (with
+            speculation, a column of the page table); ``null_block_id``
             marks padding (state untouched, its output rows zeroed).
         has_initial_state: ``(B,)`` bool; False (or None) starts from zeros.
         out: ``(num_tokens, d)`` receives ``h`` for every token.
@@ -653,7 +653,7 @@ def paraslstm_scan(
         ckpt_idx_ptr=checkpoint_state_indices if has_ckpt else state_indices,
         acc_ptr=state_indices,
         h_buf_ptr=state_indices,
-        stride_idx_row=0,
+        stride_idx_row=state_indices.stride(0),
         num_cols=0,
         HAS_INIT=init is not None,
         HAS_CKPT=has_ckpt,
