@@ -219,27 +219,45 @@ STACK: tuple[PullRequest, ...] = (
         tests=(("tests/kernels/mamba/test_paraslstm_ops.py",),),
     ),
     PullRequest(
-        folder="5-spec-decode",
-        subject="[Spec Decode] ParaSLSTM: n-gram, suffix and draft-model speculation",
+        folder="5-spec-decode-core",
+        subject="[Spec Decode] Accepted-token counts for attention-free models",
         body=(
-            "Verify drafts on ParaSLSTM's recurrent state: a verify mode of the\n"
-            "scan (start from the page of the last accepted token, store the\n"
-            "state after each token in its own page), the builder and mixer\n"
-            "passing the spec metadata through, and a builder flag so that the\n"
-            "V1 and V2 runners give accepted-token counts to an attention-free\n"
-            "model. Allows ngram, ngram_gpu, suffix and draft_model; other\n"
-            "methods fail at config time naming these."
+            "The V1 runner counted accepted draft tokens, and ran the align-mode\n"
+            "postprocess, for hybrid models only: a pure Mamba2 model verified\n"
+            "every step from the state of the first column, whatever was\n"
+            "accepted. Count them for attention-free models too. Add\n"
+            "AttentionMetadataBuilder.supports_spec_decode_metadata, so that\n"
+            "the V1 and V2 runners give the spec-decode metadata to builders\n"
+            "that ask for it, beside the ones they list. Test: n-gram drafts on\n"
+            "a tiny Mamba2 give the tokens of no speculation, both runners."
         ),
         patterns=(
-            "tests/kernels/mamba/test_paraslstm_spec_ops.py",
-            "tests/models/language/generation/test_paraslstm_spec_decode.py",
+            "tests/v1/e2e/spec_decode/ngram_suffix/test_ngram_attention_free.py",
         ),
         edits=(
             "spec-decode-builder-flag.diff",
             "spec-decode-runner.diff",
             "spec-decode-runner-v2.diff",
-            "spec-decode-config.diff",
         ),
+        tests=(
+            ("tests/v1/e2e/spec_decode/ngram_suffix/test_ngram_attention_free.py",),
+        ),
+    ),
+    PullRequest(
+        folder="6-spec-decode",
+        subject="[Spec Decode] ParaSLSTM: n-gram, suffix and draft-model speculation",
+        body=(
+            "Verify drafts on ParaSLSTM's recurrent state: a verify mode of the\n"
+            "scan (start from the page of the last accepted token, store the\n"
+            "state after each token in its own page), the builder and mixer\n"
+            "passing the spec metadata through. Allows ngram, ngram_gpu, suffix\n"
+            "and draft_model; other methods fail at config time naming these."
+        ),
+        patterns=(
+            "tests/kernels/mamba/test_paraslstm_spec_ops.py",
+            "tests/models/language/generation/test_paraslstm_spec_decode.py",
+        ),
+        edits=("spec-decode-config.diff",),
         tests=(
             ("tests/kernels/mamba/test_paraslstm_spec_ops.py",),
             ("tests/models/language/generation/test_paraslstm_spec_decode.py",),
@@ -818,13 +836,49 @@ def numstat(patches: list[Path]) -> list[tuple[int, str]]:
 
 
 def counted_apart(folder: str) -> bool:
-    """A bugfix or speculative-decoding PR (`0-fix-...`, `5-spec-...`),
+    """A bugfix or speculative-decoding PR (`0-fix-...`, `6-spec-...`),
     not one of the model's own."""
     return is_fix(folder) or any(w.startswith("spec") for w in folder.split("-")[1:])
 
 
 def is_fix(folder: str) -> bool:
     return any(w in ("fix", "bugfix") for w in folder.split("-")[1:])
+
+
+def is_core(folder: str) -> bool:
+    """A PR of vLLM core edits that the model PRs build on (`5-spec-decode-core`)."""
+    return folder.endswith("-core")
+
+
+def check_core_alone(version: str, tmp: Path) -> list[str]:
+    """Each core PR applies alone on the pristine tree, as it would upstream."""
+    global VLLM_VERSION
+    base_version, VLLM_VERSION = VLLM_VERSION, version
+    problems = []
+    try:
+        for pr in STACK:
+            if not is_core(pr.folder):
+                continue
+            repo = fresh_clone(tmp / f"alone-{pr.folder}-{version}")
+            patches = sorted((PATCHES_DIR / pr.folder).glob("*.patch"))
+            proc = subprocess.run(
+                ["git", "-C", str(repo), "am", "-q", "--keep-non-patch"]
+                + [str(p) for p in patches],
+                env=git_env(),
+                capture_output=True,
+                text=True,
+            )
+            shutil.rmtree(repo, ignore_errors=True)
+            if proc.returncode != 0:
+                problems.append(
+                    f"v{version}: {pr.folder} does not apply alone:\n"
+                    f"{proc.stdout}{proc.stderr}"
+                )
+            else:
+                log(f"v{version}: {pr.folder} applies alone")
+    finally:
+        VLLM_VERSION = base_version
+    return problems
 
 
 def check_fixes_independent(version: str, tmp: Path) -> list[str]:
@@ -978,6 +1032,7 @@ def cmd_check(args: argparse.Namespace) -> int:
             for k in range(len(STACK)):
                 problems += check_prefix(k, stages[k], version, tmp)
             problems += check_fixes_independent(version, tmp)
+            problems += check_core_alone(version, tmp)
         am = fresh_clone(tmp / "am-full")
         am_patches(am)
         if git(am, "rev-parse", "HEAD^{tree}") != git(
