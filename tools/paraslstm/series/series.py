@@ -132,6 +132,24 @@ STACK: tuple[PullRequest, ...] = (
         tests=(("tests/v1/sample/test_seeded_chunked_prefill.py",),),
     ),
     PullRequest(
+        folder="0b-fix-kernel-override-scan",
+        subject="[Bugfix] Triton kernel overrides: skip objects with no attribute dict",
+        body=(
+            "register_kernels() scans every module attribute for JIT warmup\n"
+            "owners and read vars(value).get('kernel') of anything with a\n"
+            "__dict__ attribute. llvmlite's library wrapper (loaded with numba,\n"
+            "e.g. by the n-gram proposer) answers every attribute through\n"
+            "__getattr__, __dict__ included, with a function wrapper: the scan\n"
+            "raised AttributeError, and on CPU each engine started in a process\n"
+            "that had loaded numba died while registering its overrides (an\n"
+            "in-process LLM after one with n-gram speculation). Read the\n"
+            "attribute dict only when it is a mapping."
+        ),
+        patterns=(),
+        edits=("fix-kernel-override-scan.diff", "fix-kernel-override-scan-test.diff"),
+        tests=(("tests/model_executor/test_triton_dispatcher.py",),),
+    ),
+    PullRequest(
         folder="1-kernel",
         subject="[Kernel] Add ParaSLSTM recurrence ops",
         body=(
@@ -851,13 +869,14 @@ def is_core(folder: str) -> bool:
 
 
 def check_core_alone(version: str, tmp: Path) -> list[str]:
-    """Each core PR applies alone on the pristine tree, as it would upstream."""
+    """Each core or bugfix PR applies alone on the pristine tree, as it would
+    upstream (the first PR of the stack is checked alone as a prefix)."""
     global VLLM_VERSION
     base_version, VLLM_VERSION = VLLM_VERSION, version
     problems = []
     try:
-        for pr in STACK:
-            if not is_core(pr.folder):
+        for pr in STACK[1:]:
+            if not (is_core(pr.folder) or is_fix(pr.folder)):
                 continue
             repo = fresh_clone(tmp / f"alone-{pr.folder}-{version}")
             patches = sorted((PATCHES_DIR / pr.folder).glob("*.patch"))

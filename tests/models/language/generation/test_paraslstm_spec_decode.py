@@ -8,6 +8,7 @@ import pytest
 from tests.models.registry import HF_EXAMPLE_MODELS
 from vllm import SamplingParams
 from vllm.engine.arg_utils import EngineArgs
+from vllm.inputs import TokensPrompt
 from vllm.model_executor.models.config import MODELS_CONFIG_MAP
 from vllm.triton_utils import HAS_TRITON
 
@@ -94,6 +95,30 @@ def test_ngram_chunked_prefill(vllm_runner, model: str) -> None:
         enable_chunked_prefill=True,
         max_num_batched_tokens=16,
     )
+
+
+@pytest.mark.parametrize("model", TINY_MODELS)
+def test_ngram_prompt_joins_running_batch(vllm_runner, model: str) -> None:
+    """Two sequences at a time, the second stopping early: the one-token
+    prompt starts while another request verifies drafts, so the scheduler
+    pads it with placeholder drafts."""
+    _skip_if_unavailable(model)
+    expected = _reference(vllm_runner, model, TINY_PROMPTS)
+    max_tokens = [MAX_TOKENS, 8, MAX_TOKENS, MAX_TOKENS]
+    params = [
+        SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True)
+        for n in max_tokens
+    ]
+    prompts = [TokensPrompt(prompt_token_ids=p) for p in TINY_PROMPTS]
+    kwargs = {**ENGINE_KWARGS, "max_num_seqs": 2}
+    with vllm_runner(model, speculative_config=SPECULATIVE_CONFIG, **kwargs) as llm:
+        outputs = llm.llm.generate(prompts, params, use_tqdm=False)
+    got = [list(out.outputs[0].token_ids) for out in outputs]
+    # The reference tokens start with the prompt's.
+    want = [
+        e[len(p) : len(p) + n] for e, p, n in zip(expected, TINY_PROMPTS, max_tokens)
+    ]
+    assert got == want
 
 
 @pytest.mark.skipif(
