@@ -212,33 +212,17 @@ def paraslstm_verify_cpu(
     first = table.gather(1, col.unsqueeze(1)).squeeze(1)
     valid = first != null_block_id
     carry = state.index_select(0, torch.where(valid, first, 0))
-    rec = _zifo(recurrent.to(state.dtype), 0)
-    gates3 = gates.view(-1, 4, d)
     for t in range(int(lens.max())):
         rows = (lens > t).nonzero().squeeze(1)
         tokens = starts[rows] + t
-        pre = _zifo(gates3.index_select(0, tokens), 1).to(state.dtype)
-        prev = carry.index_select(0, rows)
-        _add_recurrent_(pre, rec, prev[:, 3:4])
-        z, i, f, o = pre.split(1, dim=1)
-        _cell_(
-            z,
-            i,
-            f,
-            o,
-            pre[:, 1:3],
-            pre[:, 0:2],
-            prev[:, 0:2],
-            prev[:, 0:1],
-            prev[:, 1:2],
-            prev[:, 2:3],
-            prev[:, 3:4],
+        h = out.new_empty(rows.shape[0], d)
+        # A decode step of the rows still running, their states in `carry`.
+        paraslstm_update_cpu(
+            gates.index_select(0, tokens), recurrent, carry, rows, h, null_block_id=-1
         )
-        carry.index_copy_(0, rows, prev)
         ok = valid[rows]
-        h = torch.where(ok[:, None], prev[:, 3], 0.0)
-        out.index_copy_(0, tokens, h.to(out.dtype))
+        out.index_copy_(0, tokens, torch.where(ok[:, None], h, 0.0))
         if t < num_cols:
             pages = table[rows, t]
             keep = (ok & (pages != null_block_id)).nonzero().squeeze(1)
-            state.index_copy_(0, pages[keep], prev[keep])
+            state.index_copy_(0, pages[keep], carry.index_select(0, rows[keep]))
