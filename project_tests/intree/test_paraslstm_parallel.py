@@ -34,8 +34,9 @@ import torch
 from safetensors.torch import load_file
 
 from tests.utils import multi_gpu_test
-from vllm import envs
+from vllm import SamplingParams, envs
 from vllm.engine.arg_utils import EngineArgs
+from vllm.inputs import TokensPrompt
 from vllm.model_executor.models.paraslstm import ParaSLSTMForCausalLM
 from vllm.platforms import current_platform
 
@@ -224,6 +225,56 @@ def test_tensor_parallel_cpu(vllm_runner, checkpoints, cpu_ranks, case):
 @pytest.mark.parametrize("case", SERVED)
 def test_tensor_parallel_gpu(vllm_runner, checkpoints, case, enforce_eager):
     _check_tensor_parallel(vllm_runner, checkpoints[case], case, enforce_eager)
+
+
+NGRAM = {
+    "method": "ngram",
+    "num_speculative_tokens": 4,
+    "prompt_lookup_min": 2,
+    "prompt_lookup_max": 3,
+}
+# Token ids that repeat, so that the proposer drafts from them.
+NGRAM_PROMPTS = [[5, 6, 7, 8, 9] * 6, [11, 12, 13] * 8]
+
+
+def _check_tensor_parallel_ngram(vllm_runner, ckpt: str):
+    """TP=2 with n-gram speculation: the greedy tokens of TP=1 without it,
+    and drafts accepted."""
+    params = SamplingParams(temperature=0.0, max_tokens=32, ignore_eos=True)
+    prompts = [TokensPrompt(prompt_token_ids=p) for p in NGRAM_PROMPTS]
+
+    def tokens(vllm_model) -> list[list[int]]:
+        outputs = vllm_model.llm.generate(prompts, params, use_tqdm=False)
+        return [list(o.outputs[0].token_ids) for o in outputs]
+
+    with vllm_runner(ckpt, enforce_eager=True, **ENGINE_KWARGS) as tp1:
+        want = tokens(tp1)
+    with vllm_runner(
+        ckpt,
+        tensor_parallel_size=2,
+        distributed_executor_backend="mp",
+        enforce_eager=True,
+        speculative_config=NGRAM,
+        disable_log_stats=False,
+        **ENGINE_KWARGS,
+    ) as tp2:
+        got = tokens(tp2)
+        metrics = tp2.llm.get_metrics()
+    accepted = sum(
+        m.value for m in metrics if m.name == "vllm:spec_decode_num_accepted_tokens"
+    )
+    assert got == want
+    assert accepted > 0
+
+
+@on_cpu
+def test_tensor_parallel_ngram_cpu(vllm_runner, checkpoints, cpu_ranks):
+    _check_tensor_parallel_ngram(vllm_runner, checkpoints["head-untied-rhonull-h2"])
+
+
+@multi_gpu_test(num_gpus=2)
+def test_tensor_parallel_ngram_gpu(vllm_runner, checkpoints):
+    _check_tensor_parallel_ngram(vllm_runner, checkpoints["head-untied-rhonull-h2"])
 
 
 def _pp_stage_rpc():
