@@ -172,6 +172,44 @@ def test_greedy_continuations_match_pararnn(reference, vllm_outputs):
     assert vllm_outputs["greedy"] == reference["greedy"]
 
 
+def test_greedy_continuations_with_ngram_match_pararnn(reference, inputs):
+    """With n-gram speculation (the plugin's edits of the stock wheel: builder
+    flag, runner, config) the continuations are still pararnn-torch's."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        llm = LLM(
+            model=str(MODEL_DIR),
+            skip_tokenizer_init=True,
+            enforce_eager=True,
+            dtype="float32",
+            max_model_len=256,
+            max_num_seqs=4,
+            kv_cache_memory_bytes=64 * 2**20,
+            disable_log_stats=False,
+            speculative_config={
+                "method": "ngram",
+                "num_speculative_tokens": 4,
+                "prompt_lookup_min": 2,
+                "prompt_lookup_max": 3,
+            },
+        )
+    try:
+        greedy = llm.generate(
+            [{"prompt_token_ids": p} for p in inputs["prompts"]],
+            SamplingParams(temperature=0.0, max_tokens=MAX_NEW_TOKENS, ignore_eos=True),
+        )
+        accepted = sum(
+            m.value
+            for m in llm.get_metrics()
+            if m.name == "vllm:spec_decode_num_accepted_tokens"
+        )
+    finally:
+        del llm
+        cleanup_dist_env_and_memory()
+    assert [list(o.outputs[0].token_ids) for o in greedy] == reference["greedy"]
+    assert accepted > 0
+
+
 def test_model_is_trained(reference):
     """Held-out perplexity far below a random model's (about the vocab size)."""
     vocab = json.loads((MODEL_DIR / "config.json").read_text())["vocab_size"]
