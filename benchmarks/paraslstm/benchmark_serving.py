@@ -9,10 +9,14 @@ dataset, Poisson arrivals):
 
 - `sweep`: prompts of 128-8192 tokens, 128-512 output tokens, at each
   request rate of `--rates`;
-- `long`: prompts of 16k-32k tokens, 128 output tokens, at `--long-rate`.
+- `long`: prompts of 16k-32k tokens, 128 output tokens, at `--long-rate`;
+- `chat` (`--workloads chat` or `sweep,chat`): prompts of 128-512 tokens,
+  answers of 512-1024 tokens, at each rate of `--rates`: many users, short
+  prompts, long answers, where the per-sequence state decides.
 
-Per model and rate: TTFT and TPOT p50/p99 and output tok/s, and the
-saturation rate (the first rate whose p99 TTFT passes 2 s). Results go to
+Per model, workload and rate: TTFT and TPOT p50/p99 and output tok/s, and
+the saturation rate (the first rate whose p99 TTFT passes 2 s) with the
+highest rate below it and its p99 TPOT. Results go to
 `--json` (one line per run), a markdown table to stdout, and with `--plot`
 p99 TTFT against output tok/s, one line per model.
 
@@ -21,8 +25,9 @@ Usage (GPU machine, vLLM with the series on PYTHONPATH):
     python benchmarks/paraslstm/benchmark_serving.py --suite small \\
         --json out.jsonl --plot out.png
 
-The plot needs matplotlib (`requirements/bench.txt`); `--replot out.jsonl
---plot out.png` redraws it, and the table, from saved results elsewhere.
+The plot (p99 TTFT against output tok/s, p99 TPOT against rate) needs
+matplotlib (`requirements/bench.txt`); `--replot out.jsonl --plot out.png`
+redraws it, and the table, from saved results elsewhere.
 """
 
 import argparse
@@ -45,17 +50,22 @@ ROOT = Path(__file__).resolve().parents[2]
 VLLM_CLI = Path(__file__).resolve().parent / "vllm_cli.py"
 TOKENIZER = ROOT / "examples" / "paraslstm-tiny"
 SATURATION_TTFT_MS = 2000.0
-# (sweep, long): random-dataset lengths, uniform in len * (1 -/+ ratio):
-# 128-8192 in and 128-512 out; 16k-32k in and 128 out.
+# Random-dataset lengths, uniform in len * (1 -/+ ratio): sweep 128-8192 in
+# and 128-512 out; long 16k-32k in and 128 out; chat 128-512 in and 512-1024
+# out.
 WORKLOADS = {
-    "full": (
-        dict(input_len=4160, output_len=320, range_ratio=0.969),
-        dict(input_len=24576, output_len=128, range_ratio=0.333),
-    ),
-    "tiny": (
-        dict(input_len=64, output_len=8, range_ratio=0.5),
-        dict(input_len=512, output_len=8, range_ratio=0.5),
-    ),
+    "full": {
+        "sweep": dict(input_len=4160, output_len=320, range_ratio=0.969),
+        "long": dict(input_len=24576, output_len=128, range_ratio=0.333),
+        "chat": dict(
+            input_len=320, output_len=768, range_ratio={"input": 0.6, "output": 0.333}
+        ),
+    },
+    "tiny": {
+        "sweep": dict(input_len=64, output_len=8, range_ratio=0.5),
+        "long": dict(input_len=512, output_len=8, range_ratio=0.5),
+        "chat": dict(input_len=32, output_len=24, range_ratio=0.5),
+    },
 }
 
 SUITES = {
@@ -150,7 +160,7 @@ def bench(server: Server, model: Path, work: Path, tag: str, args, **load) -> di
         *("--dataset-name", "random", "--ignore-eos", "--seed", "0"),
         *("--random-input-len", str(load["input_len"])),
         *("--random-output-len", str(load["output_len"])),
-        *("--random-range-ratio", str(load["range_ratio"])),
+        *("--random-range-ratio", json.dumps(load["range_ratio"])),
         *("--num-prompts", str(load["num_prompts"])),
         *("--request-rate", str(load["rate"])),
         *("--percentile-metrics", "ttft,tpot,itl", "--metric-percentiles", "50,99"),
@@ -192,25 +202,28 @@ def run_model(name: str, config: dict, args, out) -> list[dict]:
         with Server(model, work / "server.log", extra) as server:
             ready_s = server.wait_ready(args.startup_timeout)
             print(f"== {name}: ready in {ready_s:.0f} s", flush=True)
-            sweep, long = WORKLOADS["tiny" if args.suite == "tiny" else "full"]
-            bench(server, model, work, "warmup", args, rate=4, num_prompts=4, **sweep)
-            for rate in args.rates:
-                # All at once (rate inf): enough to fill the batch.
-                many = (
-                    args.max_num_seqs
-                    if math.isinf(rate)
-                    else rate * args.seconds_per_rate
-                )
-                num = max(args.min_prompts, int(many))
-                res = bench(
-                    server, model, work, f"r{rate}", args,
-                    rate=rate, num_prompts=num, **sweep,
-                )  # fmt: skip
-                record("sweep", rate, res)
+            loads = WORKLOADS["tiny" if args.suite == "tiny" else "full"]
+            warmup = loads[args.workloads[0]]
+            bench(server, model, work, "warmup", args, rate=4, num_prompts=4, **warmup)
+            for workload in args.workloads:
+                for rate in args.rates:
+                    # All at once (rate inf): enough to fill the batch.
+                    many = (
+                        args.max_num_seqs
+                        if math.isinf(rate)
+                        else rate * args.seconds_per_rate
+                    )
+                    num = max(args.min_prompts, int(many))
+                    res = bench(
+                        server, model, work, f"{workload}-r{rate}", args,
+                        rate=rate, num_prompts=num, **loads[workload],
+                    )  # fmt: skip
+                    record(workload, rate, res)
             if args.long_prompts > 0:
                 res = bench(
                     server, model, work, "long", args,
-                    rate=args.long_rate, num_prompts=args.long_prompts, **long,
+                    rate=args.long_rate, num_prompts=args.long_prompts,
+                    **loads["long"],
                 )  # fmt: skip
                 record("long", args.long_rate, res)
     return rows
@@ -225,13 +238,31 @@ def _line(r: dict) -> str:
     )
 
 
-def saturation(rows: list[dict], model: str) -> float | None:
+SWEPT = ("sweep", "chat")
+
+
+def _swept(rows: list[dict], model: str, workload: str) -> list[dict]:
+    pts = [r for r in rows if r["model"] == model and r["workload"] == workload]
+    return sorted(pts, key=lambda r: r["rate"])
+
+
+def saturation(rows: list[dict], model: str, workload: str = "sweep") -> float | None:
     """The first swept rate whose p99 TTFT passes SATURATION_TTFT_MS."""
-    swept = [r for r in rows if r["model"] == model and r["workload"] == "sweep"]
-    for r in sorted(swept, key=lambda r: r["rate"]):
+    for r in _swept(rows, model, workload):
         if r["p99_ttft_ms"] > SATURATION_TTFT_MS:
             return r["rate"]
     return None
+
+
+def sustained(rows: list[dict], model: str, workload: str) -> dict | None:
+    """The run at the highest swept rate below the first that passes
+    SATURATION_TTFT_MS (p99 TTFT)."""
+    best = None
+    for r in _swept(rows, model, workload):
+        if r["p99_ttft_ms"] > SATURATION_TTFT_MS:
+            break
+        best = r
+    return best
 
 
 def table(rows: list[dict]) -> str:
@@ -249,9 +280,22 @@ def table(rows: list[dict]) -> str:
         )
     lines.append("")
     for model in dict.fromkeys(r["model"] for r in rows):
-        rate = saturation(rows, model)
-        passed = f"{rate} req/s" if rate is not None else "not within the sweep"
-        lines.append(f"- {model}: p99 TTFT passes 2 s at {passed}")
+        for workload in SWEPT:
+            if not _swept(rows, model, workload):
+                continue
+            rate = saturation(rows, model, workload)
+            passed = f"{rate} req/s" if rate is not None else "not within the sweep"
+            best = sustained(rows, model, workload)
+            held = (
+                f"; highest rate under it {best['rate']} req/s: "
+                f"{best['output_tok_s']:.0f} out tok/s, "
+                f"p99 TPOT {best['p99_tpot_ms']:.2f} ms"
+                if best
+                else ""
+            )
+            lines.append(
+                f"- {model}, {workload}: p99 TTFT passes 2 s at {passed}{held}"
+            )
     return "\n".join(lines)
 
 
@@ -261,21 +305,34 @@ def plot(rows: list[dict], path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, (ttft, tpot) = plt.subplots(1, 2, figsize=(11, 4))
     for model in dict.fromkeys(r["model"] for r in rows):
-        pts = [r for r in rows if r["model"] == model and r["workload"] == "sweep"]
-        pts.sort(key=lambda r: r["rate"])
-        ax.plot(
-            [r["output_tok_s"] for r in pts],
-            [r["p99_ttft_ms"] for r in pts],
-            marker="o",
-            label=model,
-        )
-    ax.axhline(SATURATION_TTFT_MS, color="grey", linestyle=":", linewidth=1)
-    ax.set_xlabel("output tokens/s")
-    ax.set_ylabel("p99 TTFT (ms)")
-    ax.set_yscale("log")
-    ax.legend()
+        for workload in SWEPT:
+            pts = _swept(rows, model, workload)
+            if not pts:
+                continue
+            label = f"{model} {workload}"
+            ttft.plot(
+                [r["output_tok_s"] for r in pts],
+                [r["p99_ttft_ms"] for r in pts],
+                marker="o",
+                label=label,
+            )
+            finite = [r for r in pts if math.isfinite(r["rate"])]
+            tpot.plot(
+                [r["rate"] for r in finite],
+                [r["p99_tpot_ms"] for r in finite],
+                marker="o",
+                label=label,
+            )
+    ttft.axhline(SATURATION_TTFT_MS, color="grey", linestyle=":", linewidth=1)
+    ttft.set_xlabel("output tokens/s")
+    ttft.set_ylabel("p99 TTFT (ms)")
+    ttft.set_yscale("log")
+    tpot.set_xlabel("request rate (req/s)")
+    tpot.set_ylabel("p99 TPOT (ms)")
+    tpot.set_xscale("log")
+    ttft.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
@@ -284,6 +341,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--suite", choices=sorted(SUITES))
     p.add_argument("--only", help="comma-separated models of the suite to run")
+    p.add_argument("--workloads", default="sweep", help="comma-separated: sweep, chat")
     p.add_argument("--rates", default="1,2,4,8,16,32,64")
     p.add_argument("--seconds-per-rate", type=float, default=30.0)
     p.add_argument("--min-prompts", type=int, default=32)
@@ -311,6 +369,10 @@ def main() -> int:
     if args.suite is None or args.json is None:
         p.error("--suite and --json are required unless --replot is given")
     args.rates = [float(x) for x in args.rates.split(",")]
+    args.workloads = args.workloads.split(",")
+    unknown = set(args.workloads) - set(SWEPT)
+    if unknown:
+        p.error(f"--workloads: unknown {sorted(unknown)}; known: {list(SWEPT)}")
     models = SUITES[args.suite]
     if args.only:
         keep = args.only.split(",")

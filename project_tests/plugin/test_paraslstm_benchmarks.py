@@ -35,7 +35,8 @@ def test_serving_benchmark_smoke(tmp_path):
     cmd = [
         sys.executable,
         str(_script("benchmark_serving.py")),
-        *("--suite", "tiny", "--rates", "2,inf", "--min-prompts", "6"),
+        *("--suite", "tiny", "--workloads", "sweep,chat"),
+        *("--rates", "2,inf", "--min-prompts", "6"),
         *("--seconds-per-rate", "1"),
         *("--long-prompts", "2", "--long-rate", "1", "--max-model-len", "2048"),
         "--max-num-seqs",
@@ -50,9 +51,11 @@ def test_serving_benchmark_smoke(tmp_path):
     assert [(r["workload"], r["rate"]) for r in rows] == [
         ("sweep", 2.0),
         ("sweep", math.inf),
+        ("chat", 2.0),
+        ("chat", math.inf),
         ("long", 1.0),
     ]
-    assert [r["completed"] for r in rows] == [6, 8, 2]
+    assert [r["completed"] for r in rows] == [6, 8, 6, 8, 2]
     replot = subprocess.run(
         [sys.executable, str(_script("benchmark_serving.py")), "--replot", str(out)],
         capture_output=True,
@@ -60,13 +63,16 @@ def test_serving_benchmark_smoke(tmp_path):
         timeout=120,
     )
     assert replot.returncode == 0, replot.stderr[-3000:]
-    assert replot.stdout.count("| paraslstm-d64-L2 |") == 3, replot.stdout
+    assert replot.stdout.count("| paraslstm-d64-L2 |") == 5, replot.stdout
+    assert "paraslstm-d64-L2, chat: p99 TTFT passes 2 s at" in replot.stdout
     for r in rows:
         assert r["output_tok_s"] > 0
         assert 0 < r["p50_ttft_ms"] <= r["p99_ttft_ms"] < 60_000
         # (0 when a loaded host streams a request's tokens in one chunk)
         assert 0 <= r["p50_tpot_ms"] <= r["p99_tpot_ms"]
         assert r["total_output_tokens"] >= r["completed"]
+        if r["workload"] == "chat":  # answers of 24 tokens -/+ 50%
+            assert 12 <= r["total_output_tokens"] / r["completed"] <= 36
     assert "p99 TTFT passes 2 s" in proc.stdout
 
 
