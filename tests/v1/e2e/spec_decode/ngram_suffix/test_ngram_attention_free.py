@@ -15,8 +15,9 @@ from vllm import SamplingParams
 from vllm.inputs import TokensPrompt
 from vllm.platforms import current_platform
 
-if not current_platform.is_cuda_alike():
-    pytest.skip("Mamba2's kernels need a GPU", allow_module_level=True)
+pytestmark = pytest.mark.skipif(
+    not current_platform.is_cuda_alike(), reason="Mamba2's kernels need a GPU"
+)
 
 # Prompts that repeat, so that the proposer drafts from them.
 PROMPTS = [
