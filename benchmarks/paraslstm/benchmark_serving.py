@@ -18,7 +18,8 @@ Per model, workload and rate: TTFT and TPOT p50/p99 and output tok/s, and
 the saturation rate (the first rate whose p99 TTFT passes 2 s) with the
 highest rate below it and its p99 TPOT. Results go to
 `--json` (one line per run), a markdown table to stdout, and with `--plot`
-p99 TTFT against output tok/s, one line per model.
+p99 TTFT against output tok/s and p99 TPOT against rate, one line per model
+and swept workload.
 
 Usage (GPU machine, vLLM with the series on PYTHONPATH):
 
@@ -246,23 +247,15 @@ def _swept(rows: list[dict], model: str, workload: str) -> list[dict]:
     return sorted(pts, key=lambda r: r["rate"])
 
 
-def saturation(rows: list[dict], model: str, workload: str = "sweep") -> float | None:
-    """The first swept rate whose p99 TTFT passes SATURATION_TTFT_MS."""
-    for r in _swept(rows, model, workload):
+def saturation(pts: list[dict]) -> tuple[float | None, dict | None]:
+    """Of runs sorted by rate: the first rate whose p99 TTFT passes
+    SATURATION_TTFT_MS (None: none does), and the run just below it."""
+    below = None
+    for r in pts:
         if r["p99_ttft_ms"] > SATURATION_TTFT_MS:
-            return r["rate"]
-    return None
-
-
-def sustained(rows: list[dict], model: str, workload: str) -> dict | None:
-    """The run at the highest swept rate below the first that passes
-    SATURATION_TTFT_MS (p99 TTFT)."""
-    best = None
-    for r in _swept(rows, model, workload):
-        if r["p99_ttft_ms"] > SATURATION_TTFT_MS:
-            break
-        best = r
-    return best
+            return r["rate"], below
+        below = r
+    return None, below
 
 
 def table(rows: list[dict]) -> str:
@@ -281,11 +274,11 @@ def table(rows: list[dict]) -> str:
     lines.append("")
     for model in dict.fromkeys(r["model"] for r in rows):
         for workload in SWEPT:
-            if not _swept(rows, model, workload):
+            pts = _swept(rows, model, workload)
+            if not pts:
                 continue
-            rate = saturation(rows, model, workload)
+            rate, best = saturation(pts)
             passed = f"{rate} req/s" if rate is not None else "not within the sweep"
-            best = sustained(rows, model, workload)
             held = (
                 f"; highest rate under it {best['rate']} req/s: "
                 f"{best['output_tok_s']:.0f} out tok/s, "
