@@ -43,6 +43,7 @@ EDITED_MODULES = {
         "spec-decode-runner.diff",
     ),
     "vllm.v1.worker.gpu.model_states.mamba_hybrid": ("spec-decode-runner-v2.diff",),
+    "vllm.v1.core.sched.scheduler": ("spec-decode-scheduler.diff",),
     # vLLM's: an in-process CPU engine after numba was loaded (n-gram drafts).
     "vllm.triton_utils.dispatcher": ("fix-kernel-override-scan.diff",),
 }

@@ -246,8 +246,11 @@ STACK: tuple[PullRequest, ...] = (
             "accepted. Count them for attention-free models too. Add\n"
             "AttentionMetadataBuilder.supports_spec_decode_metadata, so that\n"
             "the V1 and V2 runners give the spec-decode metadata to builders\n"
-            "that ask for it, beside the ones they list. Test: n-gram drafts on\n"
-            "a tiny Mamba2 give the tokens of no speculation, both runners."
+            "that ask for it, beside the ones they list. Do not pad a one-token\n"
+            "first prompt chunk with placeholder drafts for models with Mamba\n"
+            "layers: their prefill cannot roll the placeholders back out of the\n"
+            "state. Test: n-gram drafts on a tiny Mamba2 give the tokens of no\n"
+            "speculation, both runners, with a one-token prompt joining."
         ),
         patterns=(
             "tests/v1/e2e/spec_decode/ngram_suffix/test_ngram_attention_free.py",
@@ -256,6 +259,7 @@ STACK: tuple[PullRequest, ...] = (
             "spec-decode-builder-flag.diff",
             "spec-decode-runner.diff",
             "spec-decode-runner-v2.diff",
+            "spec-decode-scheduler.diff",
         ),
         tests=(
             ("tests/v1/e2e/spec_decode/ngram_suffix/test_ngram_attention_free.py",),

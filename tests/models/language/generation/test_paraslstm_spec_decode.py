@@ -100,8 +100,8 @@ def test_ngram_chunked_prefill(vllm_runner, model: str) -> None:
 @pytest.mark.parametrize("model", TINY_MODELS)
 def test_ngram_prompt_joins_running_batch(vllm_runner, model: str) -> None:
     """Two sequences at a time, the second stopping early: the one-token
-    prompt starts while another request verifies drafts, so the scheduler
-    pads it with placeholder drafts."""
+    prompt starts while another request verifies drafts, where a one-token
+    prompt of an attention model is padded with placeholder drafts."""
     _skip_if_unavailable(model)
     expected = _reference(vllm_runner, model, TINY_PROMPTS)
     max_tokens = [MAX_TOKENS, 8, MAX_TOKENS, MAX_TOKENS]

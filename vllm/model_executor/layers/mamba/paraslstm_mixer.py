@@ -183,36 +183,6 @@ class ParaSLSTMMixer(MambaBase, PluggableLayer):
                     None if checkpoint is None else checkpoint.state_indices
                 ),
             )
-            if attn_metadata.padded_prompt_state_indices is not None:
-                self._store_padded_prompt_states(
-                    gates[num_decodes:end], state, output, attn_metadata
-                )
-
-    def _store_padded_prompt_states(
-        self,
-        gates: torch.Tensor,
-        state: torch.Tensor,
-        output: torch.Tensor,
-        attn_metadata: ParaSLSTMAttentionMetadata,
-    ) -> None:
-        """The scan gave the padded prompts' outputs but stored the state after
-        all their tokens: store the state after each token instead."""
-        token_indices = attn_metadata.padded_prompt_token_indices_p
-        query_start_loc = attn_metadata.padded_prompt_query_start_loc
-        state_indices = attn_metadata.padded_prompt_state_indices
-        num_accepted_tokens = attn_metadata.padded_prompt_num_accepted_tokens
-        assert token_indices is not None and query_start_loc is not None
-        assert state_indices is not None and num_accepted_tokens is not None
-        state[state_indices[:, 0]] = 0
-        paraslstm_verify(
-            gates[token_indices],
-            self.recurrent_weight,
-            state,
-            query_start_loc,
-            state_indices,
-            num_accepted_tokens,
-            output.new_empty(token_indices.shape[0], output.shape[1]),
-        )
 
     def get_state_dtype(self) -> tuple[torch.dtype]:
         cache_config = self.cache_config
