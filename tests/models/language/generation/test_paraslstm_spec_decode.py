@@ -10,6 +10,7 @@ from vllm import SamplingParams
 from vllm.engine.arg_utils import EngineArgs
 from vllm.inputs import TokensPrompt
 from vllm.model_executor.models.config import MODELS_CONFIG_MAP
+from vllm.platforms import current_platform
 from vllm.triton_utils import HAS_TRITON
 
 pytestmark = pytest.mark.hybrid_model
@@ -68,11 +69,13 @@ def _metric(vllm_model, name: str) -> float:
     return sum(m.value for m in vllm_model.llm.get_metrics() if m.name == name)
 
 
-def _check(vllm_runner, model: str, prompts, **kwargs) -> None:
+def _check(
+    vllm_runner, model: str, prompts, speculative_config=SPECULATIVE_CONFIG, **kwargs
+) -> None:
     _skip_if_unavailable(model)
     expected = _reference(vllm_runner, model, prompts)
     with vllm_runner(
-        model, speculative_config=SPECULATIVE_CONFIG, **kwargs, **ENGINE_KWARGS
+        model, speculative_config=speculative_config, **{**ENGINE_KWARGS, **kwargs}
     ) as vllm_model:
         got = _generate(vllm_model, prompts)
         accepted = _metric(vllm_model, "vllm:spec_decode_num_accepted_tokens")
@@ -146,6 +149,20 @@ def test_ngram_prefix_caching(vllm_runner) -> None:
     assert again == expected
     assert hits > 0
     assert accepted > 0
+
+
+@pytest.mark.skipif(not current_platform.is_cuda_alike(), reason="CUDA graphs")
+@pytest.mark.parametrize("method", ["ngram", "ngram_gpu"])
+def test_ngram_cuda_graphs(vllm_runner, method: str) -> None:
+    """Uniform 1 + K decode batches replay full CUDA graphs; `ngram_gpu`
+    drafts on the device, with asynchronous scheduling."""
+    _check(
+        vllm_runner,
+        TINY_MODELS[1],
+        TINY_PROMPTS,
+        speculative_config={**SPECULATIVE_CONFIG, "method": method},
+        enforce_eager=False,
+    )
 
 
 def test_ngram_kjv(vllm_runner) -> None:

@@ -77,6 +77,7 @@ def _generate(
         dtype="float32",
         max_model_len=512,
         max_num_seqs=max_num_seqs,
+        kv_cache_memory_bytes=2**28,
         enforce_eager=True,
         disable_log_stats=False,
         speculative_config=speculative_config,
