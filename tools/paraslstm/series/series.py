@@ -249,10 +249,12 @@ STACK: tuple[PullRequest, ...] = (
             "that ask for it, beside the ones they list. Do not pad a one-token\n"
             "first prompt chunk with placeholder drafts for models with Mamba\n"
             "layers: their prefill cannot roll the placeholders back out of the\n"
-            "state. Test: n-gram drafts on a tiny Mamba2 give the tokens of no\n"
-            "speculation, both runners, with a one-token prompt joining."
+            "state. Tests: the scheduler pads such a chunk for attention only;\n"
+            "n-gram drafts on a tiny Mamba2 give the tokens of no speculation,\n"
+            "both runners."
         ),
         patterns=(
+            "tests/v1/core/test_scheduler_spec_padding_mamba.py",
             "tests/v1/e2e/spec_decode/ngram_suffix/test_ngram_attention_free.py",
         ),
         edits=(
@@ -262,6 +264,7 @@ STACK: tuple[PullRequest, ...] = (
             "spec-decode-scheduler.diff",
         ),
         tests=(
+            ("tests/v1/core/test_scheduler_spec_padding_mamba.py",),
             ("tests/v1/e2e/spec_decode/ngram_suffix/test_ngram_attention_free.py",),
         ),
     ),

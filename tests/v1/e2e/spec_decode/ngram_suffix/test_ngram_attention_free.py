@@ -3,9 +3,7 @@
 """N-gram speculation on an attention-free model (pure Mamba2): greedy tokens
 with drafts are the tokens without, with either model runner. The V1 runner
 used to track the accepted-token counts, which pick the state each decode
-row starts from, for hybrid models only, and the scheduler padded a one-token
-prompt that joined a running batch with placeholder drafts, which a recurrent
-layer's prefill cannot roll back out of its state.
+row starts from, for hybrid models only.
 
 The model is a tiny Mamba2 built from a local config with dummy weights: the
 test downloads nothing.
@@ -26,10 +24,6 @@ PROMPTS = [
     TokensPrompt(prompt_token_ids=p)
     for p in ([5, 6, 7, 8, 9] * 6, [11, 12, 13] * 8, list(range(100, 140)) * 2)
 ]
-# Two sequences at a time, the second stopping early: the one-token prompt
-# starts while the first verifies drafts.
-JOIN_PROMPTS = [*PROMPTS[:2], TokensPrompt(prompt_token_ids=[61])]
-JOIN_MAX_TOKENS = [64, 8, 64]
 SPECULATIVE_CONFIG = {
     "method": "ngram",
     "num_speculative_tokens": 4,
@@ -58,31 +52,21 @@ def model_dir(tmp_path_factory) -> str:
     return str(path)
 
 
-def _generate(
-    vllm_runner,
-    model_dir: str,
-    speculative_config,
-    prompts=PROMPTS,
-    max_tokens=(64, 64, 64),
-    max_num_seqs: int = 4,
-):
-    params = [
-        SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True)
-        for n in max_tokens
-    ]
+def _generate(vllm_runner, model_dir: str, speculative_config):
+    params = SamplingParams(temperature=0.0, max_tokens=64, ignore_eos=True)
     with vllm_runner(
         model_dir,
         load_format="dummy",
         skip_tokenizer_init=True,
         dtype="float32",
         max_model_len=512,
-        max_num_seqs=max_num_seqs,
+        max_num_seqs=4,
         kv_cache_memory_bytes=2**28,
         enforce_eager=True,
         disable_log_stats=False,
         speculative_config=speculative_config,
     ) as runner:
-        outputs = runner.llm.generate(prompts, params, use_tqdm=False)
+        outputs = runner.llm.generate(PROMPTS, params, use_tqdm=False)
         accepted = sum(
             m.value
             for m in runner.llm.get_metrics()
@@ -98,17 +82,3 @@ def test_ngram_attention_free(vllm_runner, model_dir, monkeypatch, model_runner_
     got, accepted = _generate(vllm_runner, model_dir, SPECULATIVE_CONFIG)
     assert got == expected
     assert accepted > 0
-
-
-@pytest.mark.parametrize("model_runner_v2", ["0", "1"])
-def test_one_token_prompt_joins_running_batch(
-    vllm_runner, model_dir, monkeypatch, model_runner_v2
-):
-    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", model_runner_v2)
-    expected, _ = _generate(
-        vllm_runner, model_dir, None, JOIN_PROMPTS, JOIN_MAX_TOKENS, 2
-    )
-    got, _ = _generate(
-        vllm_runner, model_dir, SPECULATIVE_CONFIG, JOIN_PROMPTS, JOIN_MAX_TOKENS, 2
-    )
-    assert got == expected
