@@ -37,6 +37,8 @@
 #   prefix "ARGS"  benchmarks/paraslstm/benchmark_prefix_caching.py ARGS
 #   specbench "ARGS"  benchmarks/paraslstm/benchmark_spec_decode.py ARGS
 #             (speculation on against off on the KJV model)
+#   spec      the spec-decode engine tests in the patched tree, under the V1
+#             and the V2 model runner, beside the Mamba2 core test, at once
 #
 # Several stages may be given: `device.sh b tests bench small`.
 set -uo pipefail
@@ -186,6 +188,25 @@ print('vllm', vllm.__version__, 'torch', torch.__version__, \
         done
         for pid in "${pids[@]}"; do wait "$pid" || STATUS=1; done
         cat "$LOGS"/stack-*.out
+        ;;
+    spec)
+        need_site
+        prepare_stack_tests
+        pids=()
+        for runner in 0 1; do
+            (cd $INTREE && CUDA_VISIBLE_DEVICES=0 VLLM_USE_V2_MODEL_RUNNER=$runner \
+                PYTHONPATH=$SITE:$INTREE run_pytest spec-runner$runner 470 \
+                tests/models/language/generation/test_paraslstm_spec_decode.py \
+                >"$LOGS/spec-runner$runner.out") &
+            pids+=($!)
+        done
+        (cd $INTREE && CUDA_VISIBLE_DEVICES=0 PYTHONPATH=$SITE:$INTREE \
+            run_pytest spec-mamba2 470 \
+            tests/v1/e2e/spec_decode/ngram_suffix/test_ngram_attention_free.py \
+            >"$LOGS/spec-mamba2.out") &
+        pids+=($!)
+        for pid in "${pids[@]}"; do wait "$pid" || STATUS=1; done
+        grep -h -E "^=== |passed|failed" "$LOGS"/spec-*.out
         ;;
     project)
         # This project's in-tree suite (project_tests/intree) in the patched
