@@ -169,6 +169,16 @@ def test_ngram_kjv(vllm_runner) -> None:
     _check(vllm_runner, KJV_MODEL, KJV_PROMPTS)
 
 
+def test_suffix_kjv(vllm_runner) -> None:
+    pytest.importorskip("arctic_inference")
+    _check(
+        vllm_runner,
+        KJV_MODEL,
+        KJV_PROMPTS,
+        speculative_config={"method": "suffix", "num_speculative_tokens": 4},
+    )
+
+
 @pytest.mark.parametrize("method", ["eagle", "eagle3", "mtp", "dflash", "medusa"])
 def test_unsupported_method(method: str) -> None:
     model = TINY_MODELS[0]
