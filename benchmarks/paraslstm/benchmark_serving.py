@@ -14,8 +14,12 @@ dataset, Poisson arrivals):
   answers of 512-1024 tokens, at each rate of `--rates`: many users, short
   prompts, long answers, where the per-sequence state decides.
 
-Per model, workload and rate: TTFT and TPOT p50/p99 and output tok/s, and
-the saturation rate (the first rate whose p99 TTFT passes 2 s) with the
+A rate `inf` sends `--fill` x max-num-seqs requests at once; `inf@C` sends
+`--fill` x C at once with at most C in flight (`--max-concurrency`): the
+server's batch held at C sequences, e.g. 256 on a server of 1024.
+
+Per model, workload and rate: TTFT and TPOT p50/p99, output and prompt tok/s,
+and the saturation rate (the first rate whose p99 TTFT passes 2 s) with the
 highest rate below it and its p99 TPOT. Results go to
 `--json` (one line per run), a markdown table to stdout, and with `--plot`
 p99 TTFT against output tok/s and p99 TPOT against rate, one line per model
@@ -36,6 +40,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -150,7 +155,15 @@ class Server:
         self._log.close()
 
 
-def bench(server: Server, model: Path, work: Path, tag: str, args, **load) -> dict:
+def bench(
+    server: Server,
+    model: Path,
+    work: Path,
+    tag: str,
+    args,
+    max_concurrency: int | None = None,
+    **load,
+) -> dict:
     """One `vllm bench serve` run; its saved result."""
     name = f"{tag}.json"
     cmd = [
@@ -167,29 +180,43 @@ def bench(server: Server, model: Path, work: Path, tag: str, args, **load) -> di
         *("--percentile-metrics", "ttft,tpot,itl", "--metric-percentiles", "50,99"),
         *("--save-result", "--result-dir", str(work), "--result-filename", name),
     ]
+    if max_concurrency is not None:
+        cmd += ["--max-concurrency", str(max_concurrency)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
     if proc.returncode != 0:
         raise RuntimeError(f"bench serve failed:\n{proc.stdout[-3000:]}{proc.stderr}")
     return json.loads((work / name).read_text())
 
 
-def _row(name: str, workload: str, rate: float, res: dict) -> dict:
+def _row(name: str, workload: str, rate: float, res: dict, **extra) -> dict:
     return {
         "model": name,
         "workload": workload,
         "rate": rate,
+        **extra,
         "completed": res["completed"],
+        "duration_s": res["duration"],
         "output_tok_s": res["output_throughput"],
+        "input_tok_s": res["total_input_tokens"] / res["duration"],
         "total_output_tokens": res["total_output_tokens"],
+        "total_input_tokens": res["total_input_tokens"],
         **{k: res[k] for k in res if k.startswith(("p50_", "p99_", "mean_"))},
     }
+
+
+def parse_rate(spec: str) -> tuple[float, int | None]:
+    """`R` or `inf@C` (all at once, at most C in flight)."""
+    rate, _, cap = spec.partition("@")
+    if cap and rate != "inf":
+        raise ValueError(f"rate {spec!r}: a concurrency cap goes with inf only")
+    return float(rate), int(cap) if cap else None
 
 
 def run_model(name: str, config: dict, args, out) -> list[dict]:
     rows = []
 
-    def record(workload: str, rate: float, res: dict) -> None:
-        rows.append(_row(name, workload, rate, res))
+    def record(workload: str, rate: float, res: dict, **extra) -> None:
+        rows.append(_row(name, workload, rate, res, **extra))
         out.write(json.dumps(rows[-1]) + "\n")
         out.flush()
         print(_line(rows[-1]), flush=True)
@@ -200,42 +227,70 @@ def run_model(name: str, config: dict, args, out) -> list[dict]:
         extra = ["--max-model-len", str(args.max_model_len)]
         extra += ["--max-num-seqs", str(args.max_num_seqs)]
         extra += json.loads(args.serve_args)
-        with Server(model, work / "server.log", extra) as server:
-            ready_s = server.wait_ready(args.startup_timeout)
-            print(f"== {name}: ready in {ready_s:.0f} s", flush=True)
-            loads = WORKLOADS["tiny" if args.suite == "tiny" else "full"]
-            warmup = loads[args.workloads[0]]
-            bench(server, model, work, "warmup", args, rate=4, num_prompts=4, **warmup)
-            for workload in args.workloads:
-                for rate in args.rates:
-                    # All at once (rate inf): enough to fill the batch.
-                    many = (
-                        args.max_num_seqs
-                        if math.isinf(rate)
-                        else rate * args.seconds_per_rate
-                    )
-                    num = max(args.min_prompts, int(many))
-                    res = bench(
-                        server, model, work, f"{workload}-r{rate}", args,
-                        rate=rate, num_prompts=num, **loads[workload],
-                    )  # fmt: skip
-                    record(workload, rate, res)
-            if args.long_prompts > 0:
-                res = bench(
-                    server, model, work, "long", args,
-                    rate=args.long_rate, num_prompts=args.long_prompts,
-                    **loads["long"],
-                )  # fmt: skip
-                record("long", args.long_rate, res)
+        try:
+            with Server(model, work / "server.log", extra) as server:
+                _serve_runs(server, model, work, name, args, record)
+        finally:
+            if args.server_log_dir:
+                log = Path(args.server_log_dir) / f"server-{name}.log"
+                shutil.copy(work / "server.log", log)
     return rows
+
+
+def _serve_runs(
+    server: Server, model: Path, work: Path, name: str, args, record
+) -> None:
+    ready_s = server.wait_ready(args.startup_timeout)
+    print(f"== {name}: ready in {ready_s:.0f} s", flush=True)
+    loads = WORKLOADS["tiny" if args.suite == "tiny" else "full"]
+    warmup = loads[args.workloads[0]]
+    bench(server, model, work, "warmup", args, rate=4, num_prompts=4, **warmup)
+    for workload in args.workloads:
+        for spec in args.rates:
+            if time.monotonic() > args.stop_at:
+                print(
+                    f"== {name}: --stop-after passed, {workload} {spec} not run",
+                    flush=True,
+                )
+                continue
+            rate, cap = parse_rate(spec)
+            # All at once (rate inf): enough to fill the batch.
+            many = (
+                args.fill * (cap or args.max_num_seqs)
+                if math.isinf(rate)
+                else rate * args.seconds_per_rate
+            )
+            num = max(args.min_prompts, int(many))
+            res = bench(
+                server, model, work, f"{workload}-r{spec}", args,
+                max_concurrency=cap, rate=rate, num_prompts=num,
+                **loads[workload],
+            )  # fmt: skip
+            record(
+                workload, rate, res, max_num_seqs=args.max_num_seqs,
+                max_concurrency=cap, num_prompts=num,
+            )  # fmt: skip
+    if args.long_prompts > 0 and time.monotonic() <= args.stop_at:
+        res = bench(
+            server, model, work, "long", args,
+            rate=args.long_rate, num_prompts=args.long_prompts,
+            **loads["long"],
+        )  # fmt: skip
+        record("long", args.long_rate, res, max_num_seqs=args.max_num_seqs)
+
+
+def _rate(r: dict) -> str:
+    cap = r.get("max_concurrency")
+    return f"{r['rate']}" + (f"@{cap}" if cap else "")
 
 
 def _line(r: dict) -> str:
     return (
-        f"{r['model']:22s} {r['workload']:5s} rate {r['rate']:>6} "
+        f"{r['model']:22s} {r['workload']:5s} rate {_rate(r):>8} "
         f"TTFT p50/p99 {r['p50_ttft_ms']:8.1f}/{r['p99_ttft_ms']:8.1f} ms  "
         f"TPOT p50/p99 {r['p50_tpot_ms']:6.2f}/{r['p99_tpot_ms']:6.2f} ms  "
         f"{r['output_tok_s']:9.1f} out tok/s"
+        + (f"  {r['input_tok_s']:9.1f} prompt tok/s" if "input_tok_s" in r else "")
     )
 
 
@@ -243,7 +298,13 @@ SWEPT = ("sweep", "chat")
 
 
 def _swept(rows: list[dict], model: str, workload: str) -> list[dict]:
-    pts = [r for r in rows if r["model"] == model and r["workload"] == workload]
+    pts = [
+        r
+        for r in rows
+        if r["model"] == model
+        and r["workload"] == workload
+        and not r.get("max_concurrency")
+    ]
     return sorted(pts, key=lambda r: r["rate"])
 
 
@@ -260,16 +321,17 @@ def saturation(pts: list[dict]) -> tuple[float | None, dict | None]:
 
 def table(rows: list[dict]) -> str:
     lines = [
-        "| model | workload | rate (req/s) | TTFT p50 / p99 (ms) | "
-        "TPOT p50 / p99 (ms) | output tok/s |",
-        "|---|---|---|---|---|---|",
+        "| model | workload | rate (req/s[@in flight]) | TTFT p50 / p99 (ms) | "
+        "TPOT p50 / p99 (ms) | output tok/s | prompt tok/s |",
+        "|---|---|---|---|---|---|---|",
     ]
     for r in rows:
+        prompt = f"{r['input_tok_s']:.0f}" if "input_tok_s" in r else "-"
         lines.append(
-            f"| {r['model']} | {r['workload']} | {r['rate']} | "
+            f"| {r['model']} | {r['workload']} | {_rate(r)} | "
             f"{r['p50_ttft_ms']:.0f} / {r['p99_ttft_ms']:.0f} | "
             f"{r['p50_tpot_ms']:.2f} / {r['p99_tpot_ms']:.2f} | "
-            f"{r['output_tok_s']:.0f} |"
+            f"{r['output_tok_s']:.0f} | {prompt} |"
         )
     lines.append("")
     for model in dict.fromkeys(r["model"] for r in rows):
@@ -335,7 +397,15 @@ def main() -> int:
     p.add_argument("--suite", choices=sorted(SUITES))
     p.add_argument("--only", help="comma-separated models of the suite to run")
     p.add_argument("--workloads", default="sweep", help="comma-separated: sweep, chat")
-    p.add_argument("--rates", default="1,2,4,8,16,32,64")
+    p.add_argument(
+        "--rates",
+        default="1,2,4,8,16,32,64",
+        help="comma-separated req/s, in the order run; inf: all at once; "
+        "inf@C: all at once, at most C in flight",
+    )
+    p.add_argument(
+        "--fill", type=int, default=1, help="an inf run sends fill x its batch"
+    )
     p.add_argument("--seconds-per-rate", type=float, default=30.0)
     p.add_argument("--min-prompts", type=int, default=32)
     p.add_argument("--long-rate", type=float, default=0.25)
@@ -345,6 +415,13 @@ def main() -> int:
     p.add_argument("--serve-args", default="[]", help="JSON list: more serve args")
     p.add_argument("--startup-timeout", type=float, default=600.0)
     p.add_argument("--timeout", type=float, default=900.0, help="per bench run")
+    p.add_argument(
+        "--stop-after",
+        type=float,
+        default=math.inf,
+        help="seconds: start no run after this much wall time",
+    )
+    p.add_argument("--server-log-dir", help="keep each model's server log here")
     p.add_argument("--json", help="results, one line per run")
     p.add_argument("--plot", help="PNG: p99 TTFT against output tok/s")
     p.add_argument(
@@ -361,7 +438,15 @@ def main() -> int:
         return 0
     if args.suite is None or args.json is None:
         p.error("--suite and --json are required unless --replot is given")
-    args.rates = [float(x) for x in args.rates.split(",")]
+    args.rates = args.rates.split(",")
+    for spec in args.rates:
+        try:
+            parse_rate(spec)
+        except ValueError as e:
+            p.error(f"--rates: {e}")
+    args.stop_at = time.monotonic() + args.stop_after
+    # A timeout's SIGTERM unwinds the Server context: no server outlives us.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     args.workloads = args.workloads.split(",")
     unknown = set(args.workloads) - set(SWEPT)
     if unknown:

@@ -33,7 +33,8 @@
 #   serve S "ARGS"  benchmarks/paraslstm/benchmark_serving.py --suite S ARGS
 #             (vllm serve + vllm bench serve; the server's extra packages
 #             from .gpuvllm/t), results to serving-S.jsonl (and .png where
-#             matplotlib is)
+#             matplotlib is) and each server's log (its 10 s stats lines);
+#             no run starts after 480 s
 #   prefix "ARGS"  benchmarks/paraslstm/benchmark_prefix_caching.py ARGS
 #   specbench "ARGS"  benchmarks/paraslstm/benchmark_spec_decode.py ARGS
 #             (speculation on against off on the KJV model)
@@ -296,7 +297,8 @@ print('vllm', vllm.__version__, 'torch', torch.__version__, \
         plot=()  # without matplotlib there: --replot the jsonl elsewhere
         python3 -c "import matplotlib" 2>/dev/null && plot=(--plot "$LOGS/serving-$1.png")
         timeout 590 python3 benchmarks/paraslstm/benchmark_serving.py --suite "$1" \
-            "${extra[@]}" --json "$LOGS/serving-$1.jsonl" "${plot[@]}" \
+            --server-log-dir "$LOGS" --stop-after 480 "${extra[@]}" \
+            --json "$LOGS/serving-$1.jsonl" "${plot[@]}" \
             >"$LOGS/serving-$1.log" 2>&1 || STATUS=1
         grep "^==\|^|\|^- \|TTFT\|Error" "$LOGS/serving-$1.log" | tail -n 40
         shift 2
