@@ -36,26 +36,31 @@ def test_serving_benchmark_smoke(tmp_path):
         sys.executable,
         str(_script("benchmark_serving.py")),
         *("--suite", "tiny", "--workloads", "sweep,chat"),
-        *("--rates", "2,inf", "--min-prompts", "6"),
+        *("--rates", "2,inf,inf@3", "--min-prompts", "6", "--fill", "2"),
         *("--seconds-per-rate", "1"),
         *("--long-prompts", "2", "--long-rate", "1", "--max-model-len", "2048"),
         "--max-num-seqs",
         "8",
         "--serve-args",
         json.dumps(["--enforce-eager", "--kv-cache-memory-bytes", str(64 * 2**20)]),
-        *("--json", str(out)),
+        *("--json", str(out), "--server-log-dir", str(tmp_path)),
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     rows = [json.loads(line) for line in out.read_text().splitlines()]
-    assert [(r["workload"], r["rate"]) for r in rows] == [
-        ("sweep", 2.0),
-        ("sweep", math.inf),
-        ("chat", 2.0),
-        ("chat", math.inf),
-        ("long", 1.0),
+    assert [(r["workload"], r["rate"], r.get("max_concurrency")) for r in rows] == [
+        ("sweep", 2.0, None),
+        ("sweep", math.inf, None),
+        ("sweep", math.inf, 3),
+        ("chat", 2.0, None),
+        ("chat", math.inf, None),
+        ("chat", math.inf, 3),
+        ("long", 1.0, None),
     ]
-    assert [r["completed"] for r in rows] == [6, 8, 6, 8, 2]
+    # inf: --fill x max-num-seqs; inf@3: --min-prompts (over 2 x 3)
+    assert [r["completed"] for r in rows] == [6, 16, 6, 6, 16, 6, 2]
+    log = (tmp_path / "server-paraslstm-d64-L2.log").read_text()
+    assert "Application startup complete" in log
     replot = subprocess.run(
         [sys.executable, str(_script("benchmark_serving.py")), "--replot", str(out)],
         capture_output=True,
@@ -63,7 +68,8 @@ def test_serving_benchmark_smoke(tmp_path):
         timeout=120,
     )
     assert replot.returncode == 0, replot.stderr[-3000:]
-    assert replot.stdout.count("| paraslstm-d64-L2 |") == 5, replot.stdout
+    assert replot.stdout.count("| paraslstm-d64-L2 |") == 7, replot.stdout
+    assert "| chat | inf@3 |" in replot.stdout
     assert "paraslstm-d64-L2, chat: p99 TTFT passes 2 s at" in replot.stdout
     for r in rows:
         assert r["output_tok_s"] > 0
@@ -71,6 +77,9 @@ def test_serving_benchmark_smoke(tmp_path):
         # (0 when a loaded host streams a request's tokens in one chunk)
         assert 0 <= r["p50_tpot_ms"] <= r["p99_tpot_ms"]
         assert r["total_output_tokens"] >= r["completed"]
+        assert r["input_tok_s"] * r["duration_s"] == pytest.approx(
+            r["total_input_tokens"]
+        )
         if r["workload"] == "chat":  # answers of 24 tokens -/+ 50%
             assert 12 <= r["total_output_tokens"] / r["completed"] <= 36
     assert "p99 TTFT passes 2 s" in proc.stdout
