@@ -182,10 +182,59 @@ def bench(
     ]
     if max_concurrency is not None:
         cmd += ["--max-concurrency", str(max_concurrency)]
+    before = scrape(server.url)
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
     if proc.returncode != 0:
         raise RuntimeError(f"bench serve failed:\n{proc.stdout[-3000:]}{proc.stderr}")
-    return json.loads((work / name).read_text())
+    res = json.loads((work / name).read_text())
+    res["engine"] = engine_side(before, scrape(server.url))
+    return res
+
+
+# Server-side Prometheus series (summed over labels), read before and after a
+# run. The engine stamps each step's outputs, so the ITL and the request
+# phases below are engine-side times: the client's TPOT minus these is the
+# front end's (API server, HTTP, client) share.
+SCRAPED = (
+    "vllm:iteration_tokens_total_count",
+    "vllm:iteration_tokens_total_sum",
+    "vllm:inter_token_latency_seconds_count",
+    "vllm:inter_token_latency_seconds_sum",
+    "vllm:request_queue_time_seconds_count",
+    "vllm:request_queue_time_seconds_sum",
+    "vllm:request_prefill_time_seconds_sum",
+    "vllm:request_decode_time_seconds_sum",
+    "vllm:num_preemptions_total",
+)
+
+
+def scrape(url: str) -> dict[str, float]:
+    with urllib.request.urlopen(url + "/metrics", timeout=30) as r:
+        text = r.read().decode()
+    values = dict.fromkeys(SCRAPED, 0.0)
+    for line in text.splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in values:
+            values[name] += float(line.rsplit(" ", 1)[1])
+    return values
+
+
+def engine_side(before: dict[str, float], after: dict[str, float]) -> dict:
+    d = {k: after[k] - before[k] for k in SCRAPED}
+    steps = d["vllm:iteration_tokens_total_count"]
+    itls = d["vllm:inter_token_latency_seconds_count"]
+    done = d["vllm:request_queue_time_seconds_count"]
+    return {
+        "engine_steps": steps,
+        "engine_tokens_per_step": d["vllm:iteration_tokens_total_sum"] / max(steps, 1),
+        "engine_itl_ms": 1e3 * d["vllm:inter_token_latency_seconds_sum"] / max(itls, 1),
+        "engine_queue_s": d["vllm:request_queue_time_seconds_sum"] / max(done, 1),
+        "engine_prefill_s": d["vllm:request_prefill_time_seconds_sum"] / max(done, 1),
+        "engine_decode_s": d["vllm:request_decode_time_seconds_sum"] / max(done, 1),
+        "preemptions": d["vllm:num_preemptions_total"],
+    }
 
 
 def _row(name: str, workload: str, rate: float, res: dict, **extra) -> dict:
@@ -201,6 +250,7 @@ def _row(name: str, workload: str, rate: float, res: dict, **extra) -> dict:
         "total_output_tokens": res["total_output_tokens"],
         "total_input_tokens": res["total_input_tokens"],
         **{k: res[k] for k in res if k.startswith(("p50_", "p99_", "mean_"))},
+        **res["engine"],
     }
 
 
@@ -291,6 +341,7 @@ def _line(r: dict) -> str:
         f"TPOT p50/p99 {r['p50_tpot_ms']:6.2f}/{r['p99_tpot_ms']:6.2f} ms  "
         f"{r['output_tok_s']:9.1f} out tok/s"
         + (f"  {r['input_tok_s']:9.1f} prompt tok/s" if "input_tok_s" in r else "")
+        + (f"  engine ITL {r['engine_itl_ms']:6.2f} ms" if "engine_itl_ms" in r else "")
     )
 
 
@@ -322,15 +373,16 @@ def saturation(pts: list[dict]) -> tuple[float | None, dict | None]:
 def table(rows: list[dict]) -> str:
     lines = [
         "| model | workload | rate (req/s[@in flight]) | TTFT p50 / p99 (ms) | "
-        "TPOT p50 / p99 (ms) | output tok/s | prompt tok/s |",
-        "|---|---|---|---|---|---|---|",
+        "TPOT p50 / p99 (ms) | engine ITL (ms) | output tok/s | prompt tok/s |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         prompt = f"{r['input_tok_s']:.0f}" if "input_tok_s" in r else "-"
+        itl = f"{r['engine_itl_ms']:.2f}" if "engine_itl_ms" in r else "-"
         lines.append(
             f"| {r['model']} | {r['workload']} | {_rate(r)} | "
             f"{r['p50_ttft_ms']:.0f} / {r['p99_ttft_ms']:.0f} | "
-            f"{r['p50_tpot_ms']:.2f} / {r['p99_tpot_ms']:.2f} | "
+            f"{r['p50_tpot_ms']:.2f} / {r['p99_tpot_ms']:.2f} | {itl} | "
             f"{r['output_tok_s']:.0f} | {prompt} |"
         )
     lines.append("")

@@ -80,6 +80,10 @@ def test_serving_benchmark_smoke(tmp_path):
         assert r["input_tok_s"] * r["duration_s"] == pytest.approx(
             r["total_input_tokens"]
         )
+        # engine-side, from the server's /metrics around the run
+        assert r["engine_steps"] >= r["total_output_tokens"] / 8
+        assert 0 < r["engine_itl_ms"] < 60_000
+        assert r["engine_decode_s"] > 0 and r["engine_prefill_s"] > 0
         if r["workload"] == "chat":  # answers of 24 tokens -/+ 50%
             assert 12 <= r["total_output_tokens"] / r["completed"] <= 36
     assert "p99 TTFT passes 2 s" in proc.stdout
