@@ -18,6 +18,12 @@ A rate `inf` sends `--fill` x max-num-seqs requests at once; `inf@C` sends
 `--fill` x C at once with at most C in flight (`--max-concurrency`): the
 server's batch held at C sequences, e.g. 256 on a server of 1024.
 
+The front end is part of what is measured: `--api-servers` and
+`--stream-interval` set vLLM's API server processes and tokens per streamed
+chunk (defaults 1 and 1, vLLM's); each run also reads the server's `/metrics`
+before and after, for the engine-side ITL (step to step, as the engine stamps
+its outputs), steps and request phases beside the client's TPOT.
+
 Per model, workload and rate: TTFT and TPOT p50/p99, output and prompt tok/s,
 and the saturation rate (the first rate whose p99 TTFT passes 2 s) with the
 highest rate below it and its p99 TPOT. Results go to
@@ -276,6 +282,14 @@ def run_model(name: str, config: dict, args, out) -> list[dict]:
         model = _model_dir(work / "model", config)
         extra = ["--max-model-len", str(args.max_model_len)]
         extra += ["--max-num-seqs", str(args.max_num_seqs)]
+        extra += ["--api-server-count", str(args.api_servers)]
+        extra += ["--stream-interval", str(args.stream_interval)]
+        if args.capture_sizes:
+            sizes = [int(x) for x in args.capture_sizes.split(",")]
+            extra += [
+                "--compilation-config",
+                json.dumps({"cudagraph_capture_sizes": sizes}),
+            ]
         extra += json.loads(args.serve_args)
         try:
             with Server(model, work / "server.log", extra) as server:
@@ -317,7 +331,7 @@ def _serve_runs(
                 **loads[workload],
             )  # fmt: skip
             record(
-                workload, rate, res, max_num_seqs=args.max_num_seqs,
+                workload, rate, res, **_server_fields(args),
                 max_concurrency=cap, num_prompts=num,
             )  # fmt: skip
     if args.long_prompts > 0 and time.monotonic() <= args.stop_at:
@@ -326,7 +340,15 @@ def _serve_runs(
             rate=args.long_rate, num_prompts=args.long_prompts,
             **loads["long"],
         )  # fmt: skip
-        record("long", args.long_rate, res, max_num_seqs=args.max_num_seqs)
+        record("long", args.long_rate, res, **_server_fields(args))
+
+
+def _server_fields(args) -> dict:
+    return {
+        "max_num_seqs": args.max_num_seqs,
+        "api_servers": args.api_servers,
+        "stream_interval": args.stream_interval,
+    }
 
 
 def _rate(r: dict) -> str:
@@ -464,6 +486,22 @@ def main() -> int:
     p.add_argument("--long-prompts", type=int, default=8)
     p.add_argument("--max-model-len", type=int, default=33000)
     p.add_argument("--max-num-seqs", type=int, default=256)
+    p.add_argument(
+        "--api-servers",
+        type=int,
+        default=1,
+        help="API server processes (--api-server-count)",
+    )
+    p.add_argument(
+        "--stream-interval",
+        type=int,
+        default=1,
+        help="tokens per streamed chunk (vllm serve --stream-interval)",
+    )
+    p.add_argument(
+        "--capture-sizes",
+        help="comma-separated CUDA-graph capture sizes (default: vLLM's)",
+    )
     p.add_argument("--serve-args", default="[]", help="JSON list: more serve args")
     p.add_argument("--startup-timeout", type=float, default=600.0)
     p.add_argument("--timeout", type=float, default=900.0, help="per bench run")

@@ -43,6 +43,7 @@ def test_serving_benchmark_smoke(tmp_path):
         "8",
         "--serve-args",
         json.dumps(["--enforce-eager", "--kv-cache-memory-bytes", str(64 * 2**20)]),
+        *("--api-servers", "2", "--stream-interval", "2"),
         *("--json", str(out), "--server-log-dir", str(tmp_path)),
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
@@ -59,8 +60,10 @@ def test_serving_benchmark_smoke(tmp_path):
     ]
     # inf: --fill x max-num-seqs; inf@3: --min-prompts (over 2 x 3)
     assert [r["completed"] for r in rows] == [6, 16, 6, 6, 16, 6, 2]
+    assert {(r["api_servers"], r["stream_interval"]) for r in rows} == {(2, 2)}
     log = (tmp_path / "server-paraslstm-d64-L2.log").read_text()
     assert "Application startup complete" in log
+    assert "'api_server_count': 2" in log and "'stream_interval': 2" in log
     replot = subprocess.run(
         [sys.executable, str(_script("benchmark_serving.py")), "--replot", str(out)],
         capture_output=True,
