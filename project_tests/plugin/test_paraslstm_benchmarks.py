@@ -10,6 +10,7 @@ that the prefix-caching table is about.
 
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -149,3 +150,36 @@ def test_prefix_caching_benchmark_smoke(tmp_path):
         tokens = result["args"]["cost_batch"] * result["args"]["cost_len"]
         seconds = tokens / run["cost_prompt_tok_s"]
         assert sum(split.values()) == pytest.approx(1e3 * seconds)
+
+
+def test_host_step_benchmark_smoke(tmp_path):
+    pristine = subprocess.run(
+        [sys.executable, str(HERE.parents[1] / "tools/paraslstm/series/series.py")]
+        + ["pristine"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert pristine.returncode == 0, pristine.stderr[-3000:]
+    out = tmp_path / "host.jsonl"
+    cmd = [
+        sys.executable,
+        str(_script("benchmark_host_step.py")),
+        *("--vllm-tests", pristine.stdout.strip().splitlines()[-1]),
+        *("--batch-sizes", "3,17", "--stream-intervals", "1,4", "--steps", "3"),
+        *("--json", str(out)),
+    ]
+    env = {**os.environ, "VLLM_TARGET_DEVICE": "cpu", "VLLM_PLUGINS": "none"}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [(r["loop"], r["batch"], r.get("stream_interval")) for r in rows] == [
+        ("engine core", 3, None),
+        ("front end", 3, 1),
+        ("front end", 3, 4),
+        ("engine core", 17, None),
+        ("front end", 17, 1),
+        ("front end", 17, 4),
+    ]
+    assert all(0 < r["ms_per_step"] < 10_000 for r in rows)
+    assert proc.stdout.count("| front end |") == 4

@@ -1,0 +1,188 @@
+# SPDX-License-Identifier: Apache-2.0
+# SPDX-FileCopyrightText: Copyright contributors to the vLLM project
+"""Host time per decode step at B sequences, without a GPU or a model.
+
+Two of vLLM's per-step loops over every running sequence, timed alone:
+
+- `engine core`: the scheduler's `schedule()` and `update_from_output()` for
+  B decoding sequences of a recurrent model (one state block each, the
+  ParaSLSTM d4096 page); this runs in the engine-core process, overlapped
+  with the GPU step under async scheduling.
+- `front end`: the API server's `OutputProcessor.process_outputs()` for one
+  new token of each of B streaming requests (detokenization, stats,
+  per-request output queues), at each `--stream-intervals`; one API server
+  process does this for all of its requests. The OpenAI layer (response
+  objects, JSON, HTTP) comes on top and is not timed here.
+
+When either exceeds the GPU's step time at B, the step rate is the host's.
+
+Usage (CPU is enough; needs vLLM's tests/ for the scheduler fixture, e.g.
+the pristine tree of `series.py pristine`):
+
+    VLLM_TARGET_DEVICE=cpu python benchmarks/paraslstm/benchmark_host_step.py \\
+        --vllm-tests $(python3 tools/paraslstm/series/series.py pristine)
+"""
+
+import argparse
+import json
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+TOKENIZER = ROOT / "examples" / "paraslstm-tiny"
+
+
+def engine_core_ms(batch: int, steps: int, model_dir: str) -> float:
+    import torch
+
+    from tests.v1.core.utils import create_requests, create_scheduler
+    from vllm.v1.kv_cache_interface import MambaSpec
+    from vllm.v1.outputs import ModelRunnerOutput
+
+    block = 2048
+    scheduler = create_scheduler(
+        model=model_dir,
+        skip_tokenizer_init=True,
+        max_num_seqs=batch,
+        num_blocks=batch + 1,
+        block_size=block,
+        max_model_len=block,
+        kv_cache_spec=MambaSpec(
+            block_size=block, shapes=((4, 4096),), dtypes=(torch.float32,)
+        ),
+    )
+    for r in create_requests(
+        num_requests=batch, num_tokens=8, max_tokens=block - 8, block_size=block
+    ):
+        scheduler.add_request(r)
+
+    def step() -> int:
+        out = scheduler.schedule()
+        ids = list(out.num_scheduled_tokens)
+        scheduler.update_from_output(
+            out,
+            ModelRunnerOutput(
+                req_ids=ids,
+                req_id_to_index={r: i for i, r in enumerate(ids)},
+                sampled_token_ids=[[7] for _ in ids],
+                logprobs=None,
+                prompt_logprobs_dict={},
+                pooler_output=[],
+            ),
+        )
+        return len(ids)
+
+    step()  # the prefill
+    assert step() == batch
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    return 1e3 * (time.perf_counter() - start) / steps
+
+
+def front_end_ms(batch: int, steps: int, stream_interval: int) -> float:
+    from vllm.sampling_params import RequestOutputKind, SamplingParams
+    from vllm.tokenizers import get_tokenizer
+    from vllm.v1.engine import EngineCoreOutput, EngineCoreRequest
+    from vllm.v1.engine.output_processor import (
+        OutputProcessor,
+        RequestOutputCollector,
+    )
+    from vllm.v1.metrics.stats import IterationStats
+
+    tokenizer = get_tokenizer(str(TOKENIZER))
+    processor = OutputProcessor(
+        tokenizer, log_stats=True, stream_interval=stream_interval
+    )
+    rng = random.Random(0)
+    vocab = len(tokenizer)
+    queues = []
+    for i in range(batch):
+        request = EngineCoreRequest(
+            request_id=f"r{i}",
+            external_req_id=f"r{i}",
+            prompt_token_ids=[rng.randrange(vocab) for _ in range(320)],
+            mm_features=None,
+            arrival_time=0,
+            lora_request=None,
+            cache_salt=None,
+            data_parallel_rank=None,
+            sampling_params=SamplingParams(
+                max_tokens=10**6, output_kind=RequestOutputKind.DELTA
+            ),
+            pooling_params=None,
+        )
+        queues.append(RequestOutputCollector(RequestOutputKind.DELTA, f"r{i}"))
+        processor.add_request(request, prompt=None, queue=queues[-1])
+    start = time.perf_counter()
+    for _ in range(steps):
+        outputs = [
+            EngineCoreOutput(request_id=f"r{i}", new_token_ids=[rng.randrange(vocab)])
+            for i in range(batch)
+        ]
+        processor.process_outputs(
+            outputs,
+            engine_core_timestamp=time.monotonic(),
+            iteration_stats=IterationStats(),
+        )
+        for q in queues:  # a consumer that keeps up
+            q.output = None
+            q.ready.clear()
+    return 1e3 * (time.perf_counter() - start) / steps
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--vllm-tests", required=True, help="a vLLM tree with tests/")
+    p.add_argument("--batch-sizes", default="64,256,1024")
+    p.add_argument("--stream-intervals", default="1,8")
+    p.add_argument("--steps", type=int, default=64)
+    p.add_argument("--json", help="results, one line per measurement")
+    args = p.parse_args()
+    sys.path.append(args.vllm_tests)
+    from transformers import LlamaConfig
+
+    rows = []
+    with tempfile.TemporaryDirectory() as model_dir:
+        # The scheduler reads the model config only.
+        LlamaConfig(
+            vocab_size=512,
+            hidden_size=64,
+            intermediate_size=128,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+        ).save_pretrained(model_dir)
+        for batch in (int(b) for b in args.batch_sizes.split(",")):
+            ms = engine_core_ms(batch, args.steps, model_dir)
+            rows.append({"loop": "engine core", "batch": batch, "ms_per_step": ms})
+            for si in (int(s) for s in args.stream_intervals.split(",")):
+                ms = front_end_ms(batch, args.steps, si)
+                rows.append(
+                    {
+                        "loop": "front end",
+                        "batch": batch,
+                        "stream_interval": si,
+                        "ms_per_step": ms,
+                    }
+                )
+    print("| loop | sequences | stream interval | ms per step | tokens/s bound |")
+    print("|---|---|---|---|---|")
+    for r in rows:
+        bound = 1e3 * r["batch"] / r["ms_per_step"]
+        si = r.get("stream_interval", "-")
+        print(
+            f"| {r['loop']} | {r['batch']} | {si} | {r['ms_per_step']:.2f} | "
+            f"{bound:,.0f} |"
+        )
+    if args.json:
+        with open(args.json, "a") as f:
+            for r in rows:
+                f.write(json.dumps(r) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
