@@ -26,6 +26,7 @@ Usage (GPU machine, vLLM with the series on PYTHONPATH):
 
 Suites: `small` (d=768: the three at 24 layers, and ParaSLSTM at 10 layers,
 the Mamba models' parameter count), `1b` (each at about 1.03B parameters),
+`7b` (ParaSLSTM and Mamba2 at d=4096, the serving benchmark's 7B pair),
 `tp` (ParaSLSTM 1B at tensor_parallel_size 1 and 2; needs two GPUs).
 """
 
@@ -107,6 +108,10 @@ SUITES = {
         ("paraslstm-d2048-L14", paraslstm(2048, 14), 1),
         ("mamba1-d2048-L35", mamba1(2048, 35), 1),
         ("mamba2-d2048-L36", mamba2(2048, 36), 1),
+    ],
+    "7b": [
+        ("paraslstm-d4096-L26", paraslstm(4096, 26), 1),
+        ("mamba2-d4096-L64", mamba2(4096, 64), 1),
     ],
     "tp": [
         ("paraslstm-d2048-L14-tp1", paraslstm(2048, 14), 1),
