@@ -193,7 +193,7 @@ def bench(
     if proc.returncode != 0:
         raise RuntimeError(f"bench serve failed:\n{proc.stdout[-3000:]}{proc.stderr}")
     res = json.loads((work / name).read_text())
-    res["engine"] = engine_side(before, scrape(server.url))
+    res["engine"] = engine_side(before, scrape(server.url), args.api_servers)
     return res
 
 
@@ -227,14 +227,21 @@ def scrape(url: str) -> dict[str, float]:
     return values
 
 
-def engine_side(before: dict[str, float], after: dict[str, float]) -> dict:
+def engine_side(
+    before: dict[str, float], after: dict[str, float], api_servers: int
+) -> dict:
     d = {k: after[k] - before[k] for k in SCRAPED}
     steps = d["vllm:iteration_tokens_total_count"]
     itls = d["vllm:inter_token_latency_seconds_count"]
     done = d["vllm:request_queue_time_seconds_count"]
+    per_step = d["vllm:iteration_tokens_total_sum"] / max(steps, 1)
+    if api_servers > 1:
+        # Each API server observes a step that had outputs of its requests:
+        # the step count is not the engine's.
+        steps = per_step = None
     return {
         "engine_steps": steps,
-        "engine_tokens_per_step": d["vllm:iteration_tokens_total_sum"] / max(steps, 1),
+        "engine_tokens_per_step": per_step,
         "engine_itl_ms": 1e3 * d["vllm:inter_token_latency_seconds_sum"] / max(itls, 1),
         "engine_queue_s": d["vllm:request_queue_time_seconds_sum"] / max(done, 1),
         "engine_prefill_s": d["vllm:request_prefill_time_seconds_sum"] / max(done, 1),
