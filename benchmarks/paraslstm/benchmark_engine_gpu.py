@@ -12,7 +12,13 @@ best of `--repeats` after a warm-up):
 - `decode256`: 256 sequences x (128 prompt + 256 output) tokens: output tok/s;
 - `decode1`: 1 sequence x (128 + 256): output tok/s and ms per output token;
 - `prefill32x2k`: 32 x 2048-token prompts, 1 output token: prompt tok/s;
-- `prefill1x32k`: 1 x 32768-token prompt, 1 output token: prompt tok/s.
+- `prefill1x32k`: 1 x 32768-token prompt, 1 output token: prompt tok/s;
+- `mixed` (with `--mixed N`): N prompts of 128-8192 tokens (uniform, seeded)
+  x 128 output tokens, at `--max-num-batched-tokens`: prompt, output and
+  all tok/s of the serving benchmark's `sweep` mix with no front end (vLLM
+  serve's budget on an H200 is 8192; this script's default 32768). With
+  `--max-num-seqs` (every workload's, default 256) below N, new prompts wait
+  for free slots as they do in a saturated server.
 
 `--rounds N` runs the suite's models N times, interleaved (A, B, A, B, ...),
 so that slow drifts of the machine fall on every model alike; compare
@@ -130,6 +136,20 @@ def _prompts(n: int, length: int, seed: int) -> list[dict]:
     ]
 
 
+def _mixed_prompts(n: int, seed: int) -> list[dict]:
+    import random
+
+    rng = random.Random(seed)
+    return [
+        {
+            "prompt_token_ids": [
+                rng.randrange(1, VOCAB) for _ in range(rng.randint(128, 8192))
+            ]
+        }
+        for _ in range(n)
+    ]
+
+
 def _timed(llm, prompts, max_tokens: int, repeats: int) -> float:
     from vllm import SamplingParams
 
@@ -203,8 +223,8 @@ def run_one(name: str, config: dict, tp: int, args) -> dict:
             dtype="bfloat16",
             tensor_parallel_size=tp,
             max_model_len=MAX_LEN,
-            max_num_seqs=256,
-            max_num_batched_tokens=32768,
+            max_num_seqs=args.max_num_seqs,
+            max_num_batched_tokens=args.max_num_batched_tokens,
             gpu_memory_utilization=0.85,
             compilation_config={"cudagraph_capture_sizes": CAPTURE_SIZES},
             seed=0,
@@ -232,6 +252,16 @@ def run_one(name: str, config: dict, tp: int, args) -> dict:
             res["decode1_ms_per_tok"] = 1000 * t / 256
         t = _timed(llm, _prompts(32, 2048, 3), 1, r)
         res["prefill32x2k_tok_s"] = 32 * 2048 / t
+        if args.mixed:
+            prompts = _mixed_prompts(args.mixed, seed=6)
+            n_in = sum(len(x["prompt_token_ids"]) for x in prompts)
+            t = _timed(llm, prompts, 128, r)
+            n_out = 128 * args.mixed
+            res["max_num_batched_tokens"] = args.max_num_batched_tokens
+            res["max_num_seqs"] = args.max_num_seqs
+            res["mixed_prompt_tok_s"] = n_in / t
+            res["mixed_out_tok_s"] = n_out / t
+            res["mixed_all_tok_s"] = (n_in + n_out) / t
         if args.profile and name in args.profile_model.split(","):
             os.makedirs(args.profile, exist_ok=True)
             for batch in (1, 256):
@@ -251,6 +281,16 @@ def main() -> int:
     p.add_argument("--no-long", action="store_true", help="skip the 32k prompt")
     p.add_argument("--no-decode1", action="store_true", help="skip decode1")
     p.add_argument("--rounds", type=int, default=1, help="interleaved rounds")
+    p.add_argument(
+        "--mixed", type=int, default=0, help="N prompts of the sweep mix (0: off)"
+    )
+    p.add_argument("--max-num-batched-tokens", type=int, default=32768)
+    p.add_argument(
+        "--max-num-seqs",
+        type=int,
+        default=256,
+        help="below --mixed, new prompts wait for free slots, as in serving",
+    )
     p.add_argument("--profile", help="directory for decode kernel tables")
     p.add_argument(
         "--profile-model",
