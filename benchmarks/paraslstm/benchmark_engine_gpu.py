@@ -126,24 +126,21 @@ SUITES = {
 }
 
 
-def _prompts(n: int, length: int, seed: int) -> list[dict]:
-    import random
-
-    rng = random.Random(seed)
-    return [
-        {"prompt_token_ids": [rng.randrange(1, VOCAB) for _ in range(length)]}
-        for _ in range(n)
-    ]
-
-
-def _mixed_prompts(n: int, seed: int) -> list[dict]:
+def _prompts(
+    n: int, length: int, seed: int, max_length: int | None = None
+) -> list[dict]:
+    """Random prompts of `length` tokens each, or of uniform lengths in
+    [length, max_length]."""
     import random
 
     rng = random.Random(seed)
     return [
         {
             "prompt_token_ids": [
-                rng.randrange(1, VOCAB) for _ in range(rng.randint(128, 8192))
+                rng.randrange(1, VOCAB)
+                for _ in range(
+                    length if max_length is None else rng.randint(length, max_length)
+                )
             ]
         }
         for _ in range(n)
@@ -237,6 +234,8 @@ def run_one(name: str, config: dict, tp: int, args) -> dict:
             "tp": tp,
             "params_per_rank": params[0],
             "startup_s": startup,
+            "max_num_seqs": args.max_num_seqs,
+            "max_num_batched_tokens": args.max_num_batched_tokens,
             "cudagraph_mode": str(
                 llm.llm_engine.vllm_config.compilation_config.cudagraph_mode
             ),
@@ -253,12 +252,10 @@ def run_one(name: str, config: dict, tp: int, args) -> dict:
         t = _timed(llm, _prompts(32, 2048, 3), 1, r)
         res["prefill32x2k_tok_s"] = 32 * 2048 / t
         if args.mixed:
-            prompts = _mixed_prompts(args.mixed, seed=6)
+            prompts = _prompts(args.mixed, 128, seed=6, max_length=8192)
             n_in = sum(len(x["prompt_token_ids"]) for x in prompts)
             t = _timed(llm, prompts, 128, r)
             n_out = 128 * args.mixed
-            res["max_num_batched_tokens"] = args.max_num_batched_tokens
-            res["max_num_seqs"] = args.max_num_seqs
             res["mixed_prompt_tok_s"] = n_in / t
             res["mixed_out_tok_s"] = n_out / t
             res["mixed_all_tok_s"] = (n_in + n_out) / t
