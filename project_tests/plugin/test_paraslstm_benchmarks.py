@@ -210,3 +210,41 @@ def test_serving_engine_side_metrics():
     two = bench.engine_side(before, after, api_servers=2)
     assert two["engine_steps"] is None and two["engine_tokens_per_step"] is None
     assert two["engine_itl_ms"] == one["engine_itl_ms"]
+
+
+def test_served_prefill_replay(tmp_path, monkeypatch):
+    pristine = subprocess.run(
+        [sys.executable, str(HERE.parents[1] / "tools/paraslstm/series/series.py")]
+        + ["pristine"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert pristine.returncode == 0, pristine.stderr[-3000:]
+    monkeypatch.syspath_prepend(pristine.stdout.strip().splitlines()[-1])
+    monkeypatch.setenv("VLLM_TARGET_DEVICE", "cpu")
+    spec = importlib.util.spec_from_file_location(
+        "simulate_served_prefill", _script("simulate_served_prefill.py")
+    )
+    sim = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sim)
+    sim.write_model_config(str(tmp_path), 64)
+    inf = float("inf")
+    # One sequence at a time, 4-token chunks: each 10-token prompt takes 3
+    # steps (4 + 4 + 2 tokens), then 2 decode steps; time counts tokens.
+    one = sim.replay(str(tmp_path), (10, 10, 3, 3), inf, 4, 1, 4, (0.0, 1.0, 1.0))
+    assert (one["steps"], one["duration_s"]) == (20, 48.0)
+    assert (one["prompt_tokens"], one["output_tokens"]) == (40, 12)
+    assert one["p99_ttft_s"] == 10.0 + 3 * 12  # the last waits for three
+    # Room for all: one step prefills the four, two more decode them.
+    wide = sim.replay(str(tmp_path), (10, 10, 3, 3), inf, 4, 4, 64, (1.0, 0.0, 0.0))
+    assert (wide["steps"], wide["duration_s"], wide["p99_ttft_s"]) == (3, 3.0, 1.0)
+    assert wide["prefill_tokens_per_step"] == pytest.approx(40 / 3)
+    # Poisson arrivals over mixed lengths: every token is accounted for.
+    mixed = sim.replay(str(tmp_path), (4, 20, 1, 6), 50.0, 30, 3, 8, (1e-3, 0, 0))
+    assert 30 * 4 <= mixed["prompt_tokens"] <= 30 * 20
+    assert 30 <= mixed["output_tokens"] <= 30 * 6
+    assert mixed["prompt_tok_s"] * mixed["duration_s"] == pytest.approx(
+        mixed["prompt_tokens"]
+    )
+    assert mixed["p50_ttft_s"] >= 1e-3
