@@ -35,6 +35,20 @@ ROOT = Path(__file__).resolve().parents[2]
 TOKENIZER = ROOT / "examples" / "paraslstm-tiny"
 
 
+def write_model_config(model_dir: str, max_len: int = 2048) -> None:
+    """The config vLLM's scheduler fixture reads (no weights are loaded)."""
+    from transformers import LlamaConfig
+
+    LlamaConfig(
+        vocab_size=512,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        max_position_embeddings=max_len,
+    ).save_pretrained(model_dir)
+
+
 def engine_core_ms(batch: int, steps: int, model_dir: str) -> float:
     import torch
 
@@ -143,18 +157,9 @@ def main() -> int:
     p.add_argument("--json", help="results, one line per measurement")
     args = p.parse_args()
     sys.path.append(args.vllm_tests)
-    from transformers import LlamaConfig
-
     rows = []
     with tempfile.TemporaryDirectory() as model_dir:
-        # The scheduler reads the model config only.
-        LlamaConfig(
-            vocab_size=512,
-            hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-        ).save_pretrained(model_dir)
+        write_model_config(model_dir)
         for batch in (int(b) for b in args.batch_sizes.split(",")):
             ms = engine_core_ms(batch, args.steps, model_dir)
             rows.append({"loop": "engine core", "batch": batch, "ms_per_step": ms})

@@ -26,6 +26,10 @@ import json
 import random
 import sys
 import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchmark_host_step import write_model_config  # noqa: E402
 
 # (prompt lo, prompt hi, output lo, output hi): the serving sweep's mix and
 # the engine benchmark's offline twin (benchmark_engine_gpu.py --mixed).
@@ -33,20 +37,6 @@ MIXES = {
     "sweep": (128, 8192, 128, 512),
     "offline": (128, 8192, 128, 128),
 }
-
-
-def write_model_config(model_dir: str, max_len: int) -> None:
-    """The config the scheduler reads (no weights are ever loaded)."""
-    from transformers import LlamaConfig
-
-    LlamaConfig(
-        vocab_size=512,
-        hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        max_position_embeddings=max_len,
-    ).save_pretrained(model_dir)
 
 
 def replay(

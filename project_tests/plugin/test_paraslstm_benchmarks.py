@@ -154,7 +154,8 @@ def test_prefix_caching_benchmark_smoke(tmp_path):
         assert sum(split.values()) == pytest.approx(1e3 * seconds)
 
 
-def test_host_step_benchmark_smoke(tmp_path):
+def _pristine_vllm() -> str:
+    """The pristine v0.32.0 tree (with tests/) that series.py unpacks."""
     pristine = subprocess.run(
         [sys.executable, str(HERE.parents[1] / "tools/paraslstm/series/series.py")]
         + ["pristine"],
@@ -163,11 +164,15 @@ def test_host_step_benchmark_smoke(tmp_path):
         timeout=600,
     )
     assert pristine.returncode == 0, pristine.stderr[-3000:]
+    return pristine.stdout.strip().splitlines()[-1]
+
+
+def test_host_step_benchmark_smoke(tmp_path):
     out = tmp_path / "host.jsonl"
     cmd = [
         sys.executable,
         str(_script("benchmark_host_step.py")),
-        *("--vllm-tests", pristine.stdout.strip().splitlines()[-1]),
+        *("--vllm-tests", _pristine_vllm()),
         *("--batch-sizes", "3,17", "--stream-intervals", "1,4", "--steps", "3"),
         *("--json", str(out)),
     ]
@@ -213,15 +218,7 @@ def test_serving_engine_side_metrics():
 
 
 def test_served_prefill_replay(tmp_path, monkeypatch):
-    pristine = subprocess.run(
-        [sys.executable, str(HERE.parents[1] / "tools/paraslstm/series/series.py")]
-        + ["pristine"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert pristine.returncode == 0, pristine.stderr[-3000:]
-    monkeypatch.syspath_prepend(pristine.stdout.strip().splitlines()[-1])
+    monkeypatch.syspath_prepend(_pristine_vllm())
     monkeypatch.setenv("VLLM_TARGET_DEVICE", "cpu")
     spec = importlib.util.spec_from_file_location(
         "simulate_served_prefill", _script("simulate_served_prefill.py")
