@@ -172,6 +172,15 @@ def main() -> int:
     for name, value in vars(args).items():
         if name.endswith(("_ms", "_us_per_token", "_per_seq")) and value < 0:
             p.error(f"--{name.replace('_', '-')} must not be negative")
+    mixes = args.mixes.split(",")
+    for mix in mixes:
+        if mix not in MIXES:
+            p.error(f"unknown mix {mix!r}; choose from {sorted(MIXES)}")
+    rates = [float(r) for r in args.rates.split(",")]
+    seqs = [int(s) for s in args.max_num_seqs.split(",")]
+    budgets = [int(b) for b in args.max_num_batched_tokens.split(",")]
+    if min(rates) <= 0 or min(seqs) <= 0 or min(budgets) <= 0:
+        p.error("rates, --max-num-seqs and --max-num-batched-tokens must be > 0")
     sys.path.append(args.vllm_tests)
     cost = (
         args.base_ms / 1e3,
@@ -180,18 +189,14 @@ def main() -> int:
     )
     rows = []
     with tempfile.TemporaryDirectory() as model_dir:
-        write_model_config(model_dir, max(p + o for _, p, _, o in MIXES.values()))
-        for mix in args.mixes.split(","):
-            if mix not in MIXES:
-                p.error(f"unknown mix {mix!r}; choose from {sorted(MIXES)}")
-            for rate in (float(r) for r in args.rates.split(",")):
+        write_model_config(model_dir, max(m[1] + m[3] for m in MIXES.values()))
+        for mix in mixes:
+            for rate in rates:
                 n = args.num_requests if rate == float("inf") else rate * args.seconds
-                for seqs in (int(s) for s in args.max_num_seqs.split(",")):
-                    for budget in (
-                        int(b) for b in args.max_num_batched_tokens.split(",")
-                    ):
+                for num_seqs in seqs:
+                    for budget in budgets:
                         row = replay(
-                            model_dir, MIXES[mix], rate, int(n), seqs, budget, cost
+                            model_dir, MIXES[mix], rate, int(n), num_seqs, budget, cost
                         )
                         rows.append({"model": args.label, "mix": mix, **row})
     print(
