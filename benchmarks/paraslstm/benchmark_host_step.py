@@ -49,25 +49,52 @@ def write_model_config(model_dir: str, max_len: int = 2048) -> None:
     ).save_pretrained(model_dir)
 
 
-def engine_core_ms(batch: int, steps: int, model_dir: str) -> float:
+def recurrent_scheduler(
+    model_dir: str, max_num_seqs: int, block: int, width: int, budget: int = 8192
+):
+    """The scheduler of a model with one (4, width) fp32 state per sequence."""
     import torch
 
-    from tests.v1.core.utils import create_requests, create_scheduler
+    from tests.v1.core.utils import create_scheduler
     from vllm.v1.kv_cache_interface import MambaSpec
-    from vllm.v1.outputs import ModelRunnerOutput
 
-    block = 2048
-    scheduler = create_scheduler(
+    return create_scheduler(
         model=model_dir,
         skip_tokenizer_init=True,
-        max_num_seqs=batch,
-        num_blocks=batch + 1,
+        max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=budget,
+        num_blocks=max_num_seqs + 1,
         block_size=block,
         max_model_len=block,
         kv_cache_spec=MambaSpec(
-            block_size=block, shapes=((4, 4096),), dtypes=(torch.float32,)
+            block_size=block, shapes=((4, width),), dtypes=(torch.float32,)
         ),
     )
+
+
+def finish_step(scheduler, out, sampled: list[list[int]]) -> None:
+    """Hand the scheduler a step's sampled tokens, in its scheduled order."""
+    from vllm.v1.outputs import ModelRunnerOutput
+
+    ids = list(out.num_scheduled_tokens)
+    scheduler.update_from_output(
+        out,
+        ModelRunnerOutput(
+            req_ids=ids,
+            req_id_to_index={r: i for i, r in enumerate(ids)},
+            sampled_token_ids=sampled,
+            logprobs=None,
+            prompt_logprobs_dict={},
+            pooler_output=[],
+        ),
+    )
+
+
+def engine_core_ms(batch: int, steps: int, model_dir: str) -> float:
+    from tests.v1.core.utils import create_requests
+
+    block = 2048
+    scheduler = recurrent_scheduler(model_dir, batch, block, 4096)
     for r in create_requests(
         num_requests=batch, num_tokens=8, max_tokens=block - 8, block_size=block
     ):
@@ -75,19 +102,9 @@ def engine_core_ms(batch: int, steps: int, model_dir: str) -> float:
 
     def step() -> int:
         out = scheduler.schedule()
-        ids = list(out.num_scheduled_tokens)
-        scheduler.update_from_output(
-            out,
-            ModelRunnerOutput(
-                req_ids=ids,
-                req_id_to_index={r: i for i, r in enumerate(ids)},
-                sampled_token_ids=[[7] for _ in ids],
-                logprobs=None,
-                prompt_logprobs_dict={},
-                pooler_output=[],
-            ),
-        )
-        return len(ids)
+        n = len(out.num_scheduled_tokens)
+        finish_step(scheduler, out, [[7] for _ in range(n)])
+        return n
 
     step()  # the prefill
     assert step() == batch

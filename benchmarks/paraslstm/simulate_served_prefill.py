@@ -29,7 +29,11 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchmark_host_step import write_model_config  # noqa: E402
+from benchmark_host_step import (  # noqa: E402
+    finish_step,
+    recurrent_scheduler,
+    write_model_config,
+)
 
 # (prompt lo, prompt hi, output lo, output hi): the serving sweep's mix and
 # the engine benchmark's offline twin (benchmark_engine_gpu.py --mixed).
@@ -49,27 +53,12 @@ def replay(
     cost: tuple[float, float, float],
     seed: int = 0,
 ) -> dict:
-    import torch
-
-    from tests.v1.core.utils import create_requests, create_scheduler
-    from vllm.v1.kv_cache_interface import MambaSpec
-    from vllm.v1.outputs import ModelRunnerOutput
-
     """One replay; lengths: prompt and output bounds (uniform, inclusive)."""
+    from tests.v1.core.utils import create_requests
+
     p_lo, p_hi, o_lo, o_hi = lengths
     block = p_hi + o_hi
-    scheduler = create_scheduler(
-        model=model_dir,
-        skip_tokenizer_init=True,
-        max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=budget,
-        num_blocks=max_num_seqs + 1,
-        block_size=block,
-        max_model_len=block,
-        kv_cache_spec=MambaSpec(
-            block_size=block, shapes=((4, 64),), dtypes=(torch.float32,)
-        ),
-    )
+    scheduler = recurrent_scheduler(model_dir, max_num_seqs, block, 64, budget)
     rng = random.Random(seed)
     arrivals, t = [], 0.0
     for i in range(num_requests):
@@ -117,17 +106,7 @@ def replay(
         prompt_tokens += prefill
         decode_seqs += decodes
         out_tokens += sum(len(s) for s in sampled)
-        scheduler.update_from_output(
-            out,
-            ModelRunnerOutput(
-                req_ids=ids,
-                req_id_to_index={r: i for i, r in enumerate(ids)},
-                sampled_token_ids=sampled,
-                logprobs=None,
-                prompt_logprobs_dict={},
-                pooler_output=[],
-            ),
-        )
+        finish_step(scheduler, out, sampled)
     ttft = sorted(first_token[r.request_id] - a for a, r in arrivals)
     return {
         "lengths": list(lengths),
