@@ -468,6 +468,9 @@ def plot(rows: list[dict], path: str) -> None:
     tpot.set_xlabel("request rate (req/s)")
     tpot.set_ylabel("p99 TPOT (ms)")
     tpot.set_xscale("log")
+    tpot.minorticks_off()  # matplotlib labels minor log ticks over each other
+    rates = sorted({r["rate"] for r in rows if math.isfinite(r["rate"])})
+    tpot.set_xticks(rates, [f"{r:g}" for r in rates])
     ttft.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
