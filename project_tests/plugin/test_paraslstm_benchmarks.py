@@ -132,6 +132,7 @@ def test_prefix_caching_benchmark_smoke(tmp_path):
         for length in ("100", "700"):
             assert off["repeat"][length]["cached"] == 0
             assert run["repeat"][length]["cached"] >= int(length) - block
+            assert run["repeat"][length]["first_ttft_ms"] > 0
         # Chunks of 256 tokens save states at 256 and 512; the first
         # 637-token prompt also saves one at its last block boundary, 624
         # (past the 600-token prefix) at block 16 and 576 at block 64.
