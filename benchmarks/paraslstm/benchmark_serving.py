@@ -442,6 +442,7 @@ def plot(rows: list[dict], path: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, (ttft, tpot) = plt.subplots(1, 2, figsize=(11, 4))
+    rates: set[float] = set()
     for model in dict.fromkeys(r["model"] for r in rows):
         for workload in SWEPT:
             pts = _swept(rows, model, workload)
@@ -455,6 +456,7 @@ def plot(rows: list[dict], path: str) -> None:
                 label=label,
             )
             finite = [r for r in pts if math.isfinite(r["rate"])]
+            rates.update(r["rate"] for r in finite)
             tpot.plot(
                 [r["rate"] for r in finite],
                 [r["p99_tpot_ms"] for r in finite],
@@ -469,8 +471,7 @@ def plot(rows: list[dict], path: str) -> None:
     tpot.set_ylabel("p99 TPOT (ms)")
     tpot.set_xscale("log")
     tpot.minorticks_off()  # matplotlib labels minor log ticks over each other
-    rates = sorted({r["rate"] for r in rows if math.isfinite(r["rate"])})
-    tpot.set_xticks(rates, [f"{r:g}" for r in rates])
+    tpot.set_xticks(sorted(rates), [f"{r:g}" for r in sorted(rates)])
     ttft.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
