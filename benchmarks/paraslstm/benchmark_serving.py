@@ -3,7 +3,8 @@
 """ParaSLSTM against Mamba2 and Mamba1 behind `vllm serve`, under load.
 
 For each model of a suite (the engine benchmark's configurations: dummy
-weights, bf16; the demo checkpoint's tokenizer), starts `vllm serve` and
+weights, bf16; a synthetic tokenizer as large as the model's vocabulary,
+`synthetic_tokenizer.py`), starts `vllm serve` and
 drives it with vLLM's own serving benchmark (`vllm bench serve`, random
 dataset, Poisson arrivals):
 
@@ -22,7 +23,10 @@ The front end is part of what is measured: `--api-servers` and
 `--stream-interval` set vLLM's API server processes and tokens per streamed
 chunk (defaults 1 and 1, vLLM's); each run also reads the server's `/metrics`
 before and after, for the engine-side ITL (step to step, as the engine stamps
-its outputs), steps and request phases beside the client's TPOT.
+its outputs), steps and request phases beside the client's TPOT, and the
+CPU seconds of the server's front-end processes (API servers) and engine
+processes over the run (`/proc`), so that a run bound by its API servers
+shows as such.
 
 Per model, workload and rate: TTFT and TPOT p50/p99, output and prompt tok/s,
 and the saturation rate (the first rate whose p99 TTFT passes 2 s) with the
@@ -57,10 +61,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchmark_engine_gpu import mamba1, mamba2, paraslstm  # noqa: E402
+from synthetic_tokenizer import write_tokenizer  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[2]
 VLLM_CLI = Path(__file__).resolve().parent / "vllm_cli.py"
-TOKENIZER = ROOT / "examples" / "paraslstm-tiny"
 SATURATION_TTFT_MS = 2000.0
 # Random-dataset lengths, uniform in len * (1 -/+ ratio): sweep 128-8192 in
 # and 128-512 out; long 16k-32k in and 128 out; chat 128-512 in and 512-1024
@@ -108,8 +111,7 @@ def _free_port() -> int:
 def _model_dir(root: Path, config: dict) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     (root / "config.json").write_text(json.dumps(config))
-    for name in ("tokenizer.json", "tokenizer_config.json"):
-        shutil.copy(TOKENIZER / name, root / name)
+    write_tokenizer(root, config["vocab_size"])
     return root
 
 
@@ -146,6 +148,26 @@ class Server:
             except OSError:
                 time.sleep(1.0)
         raise TimeoutError(f"server not ready in {timeout} s")
+
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU time so far of the server's processes: front end and engine."""
+        tick = os.sysconf("SC_CLK_TCK")
+        cpu = {"frontend_cpu_s": 0.0, "engine_cpu_s": 0.0}
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text()
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            fields = stat.rsplit(")", 1)[1].split()
+            if int(fields[2]) != self.proc.pid:  # process group
+                continue
+            engine = b"EngineCore" in cmdline or b"Worker" in cmdline
+            key = "engine_cpu_s" if engine else "frontend_cpu_s"
+            cpu[key] += (int(fields[11]) + int(fields[12])) / tick
+        return cpu
 
     def __enter__(self) -> "Server":
         return self
@@ -188,12 +210,19 @@ def bench(
     ]
     if max_concurrency is not None:
         cmd += ["--max-concurrency", str(max_concurrency)]
-    before = scrape(server.url)
+    before, cpu = scrape(server.url), server.cpu_seconds()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
     if proc.returncode != 0:
         raise RuntimeError(f"bench serve failed:\n{proc.stdout[-3000:]}{proc.stderr}")
     res = json.loads((work / name).read_text())
     res["engine"] = engine_side(before, scrape(server.url), args.api_servers)
+    # The front end's CPU (API servers, their launcher) and the engine's,
+    # per request: API servers at one core each bound the served rate.
+    after = server.cpu_seconds()
+    for key, value in after.items():
+        res["engine"][key] = value - cpu[key]
+    per_request = res["engine"]["frontend_cpu_s"] / max(res["completed"], 1)
+    res["engine"]["frontend_cpu_ms_per_request"] = 1000 * per_request
     return res
 
 
@@ -371,6 +400,11 @@ def _line(r: dict) -> str:
         f"{r['output_tok_s']:9.1f} out tok/s"
         + (f"  {r['input_tok_s']:9.1f} prompt tok/s" if "input_tok_s" in r else "")
         + (f"  engine ITL {r['engine_itl_ms']:6.2f} ms" if "engine_itl_ms" in r else "")
+        + (
+            f"  front end {r['frontend_cpu_ms_per_request']:.1f} CPU ms/req"
+            if "frontend_cpu_ms_per_request" in r
+            else ""
+        )
     )
 
 

@@ -78,6 +78,11 @@ def test_serving_benchmark_smoke(tmp_path):
     assert "paraslstm-d64-L2, chat: p99 TTFT passes 2 s at" in replot.stdout
     for r in rows:
         assert r["output_tok_s"] > 0
+        # the API servers' and the engine's processes were found and ran
+        assert r["frontend_cpu_s"] > 0 and r["engine_cpu_s"] > 0
+        assert r["frontend_cpu_ms_per_request"] == pytest.approx(
+            1000 * r["frontend_cpu_s"] / r["completed"]
+        )
         assert 0 < r["p50_ttft_ms"] <= r["p99_ttft_ms"] < 60_000
         # (0 when a loaded host streams a request's tokens in one chunk)
         assert 0 <= r["p50_tpot_ms"] <= r["p99_tpot_ms"]
@@ -246,3 +251,37 @@ def test_served_prefill_replay(tmp_path, monkeypatch):
         mixed["prompt_tokens"]
     )
     assert mixed["p50_ttft_s"] >= 1e-3
+
+
+@pytest.mark.parametrize("vocab_size", [1024, 50280])
+def test_synthetic_tokenizer_streams_every_id(tmp_path, vocab_size):
+    import random
+
+    from tokenizers import Tokenizer
+    from tokenizers.decoders import DecodeStream
+    from transformers import AutoTokenizer
+
+    spec = importlib.util.spec_from_file_location(
+        "synthetic_tokenizer", _script("synthetic_tokenizer.py")
+    )
+    synth = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(synth)
+    synth.write_tokenizer(tmp_path, vocab_size)
+    hf = AutoTokenizer.from_pretrained(str(tmp_path))
+    assert len(hf) == vocab_size and hf.eos_token_id == vocab_size - 1
+    tok = Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    # Every id but the 128 non-ASCII bytes decodes to ASCII text of its own.
+    ids = [*range(128), *range(256, vocab_size - 1)]
+    texts = [tok.decode([i]) for i in ids]
+    assert all(t and t.isascii() for t in texts)
+    assert len(set(texts)) == len(ids)
+    # What a served dummy model does: a prompt, then ids from the whole
+    # vocabulary; a step gives text (with a tokenizer smaller than the
+    # vocabulary none does, and each step re-decodes the whole sequence).
+    rng = random.Random(0)
+    prompt = [rng.randrange(vocab_size - 1) for _ in range(300)]
+    stream = DecodeStream(ids=prompt, skip_special_tokens=True)
+    steps = [stream.step(tok, rng.choice(ids[128:])) for _ in range(200)]
+    assert all(steps)
+    with pytest.raises(ValueError, match="vocab_size must be at least 258"):
+        synth.tokenizer_json(100)
