@@ -33,8 +33,9 @@
 #   serve S "ARGS"  benchmarks/paraslstm/benchmark_serving.py --suite S ARGS
 #             (vllm serve + vllm bench serve; the server's extra packages
 #             from .gpuvllm/t), results to serving-S.jsonl (and .png where
-#             matplotlib is) and each server's log (its 10 s stats lines);
-#             no run starts after 480 s
+#             matplotlib is), each server's log (its 10 s stats lines) and
+#             nvidia-smi dmon's GPU utilization (dmon-serving-S.log); no run
+#             starts after 480 s
 #   prefix "ARGS"  benchmarks/paraslstm/benchmark_prefix_caching.py ARGS
 #   specbench "ARGS"  benchmarks/paraslstm/benchmark_spec_decode.py ARGS
 #             (speculation on against off on the KJV model)
@@ -296,10 +297,14 @@ print('vllm', vllm.__version__, 'torch', torch.__version__, \
         note "serve $1 ${extra[*]}"
         plot=()  # without matplotlib there: --replot the jsonl elsewhere
         python3 -c "import matplotlib" 2>/dev/null && plot=(--plot "$LOGS/serving-$1.png")
+        # GPU utilization a second, beside the rows' front-end and engine CPU
+        nvidia-smi dmon -s u -d 1 >"$LOGS/dmon-serving-$1.log" 2>&1 &
+        dmon=$!
         timeout 590 python3 benchmarks/paraslstm/benchmark_serving.py --suite "$1" \
             --server-log-dir "$LOGS" --stop-after 480 "${extra[@]}" \
             --json "$LOGS/serving-$1.jsonl" "${plot[@]}" \
             >"$LOGS/serving-$1.log" 2>&1 || STATUS=1
+        kill "$dmon" 2>/dev/null
         grep "^==\|^|\|^- \|TTFT\|Error" "$LOGS/serving-$1.log" | tail -n 40
         shift 2
         ;;
