@@ -21,27 +21,17 @@ import random
 import string
 from pathlib import Path
 
+from transformers.convert_slow_tokenizer import bytes_to_unicode
+
 EOS = "<|endoftext|>"
-
-
-def _byte_chars() -> list[str]:
-    """The printable character byte-level BPE stands each byte for."""
-    kept = [*range(33, 127), *range(161, 173), *range(174, 256)]
-    chars, extra = [], 0
-    for b in range(256):
-        if b in kept:
-            chars.append(chr(b))
-        else:
-            chars.append(chr(256 + extra))
-            extra += 1
-    return chars
 
 
 def tokenizer_json(vocab_size: int, seed: int = 0) -> dict:
     if vocab_size < 258:
         raise ValueError(f"vocab_size must be at least 258, got {vocab_size}")
-    byte = _byte_chars()
-    vocab = {c: i for i, c in enumerate(byte)}
+    # the printable character byte-level BPE stands each byte for
+    byte = bytes_to_unicode()
+    vocab = {byte[b]: b for b in range(256)}
     tails = [byte[ord(c)] for c in string.ascii_letters]
     heads = [byte[ord(" ")], *tails]
     left = vocab_size - 256 - 1
@@ -56,7 +46,7 @@ def tokenizer_json(vocab_size: int, seed: int = 0) -> dict:
             merges.append((a + b, tails[i % len(tails)]))
     for a, b in merges:
         vocab[a + b] = len(vocab)
-    eos = len(vocab)
+    eos = vocab[EOS] = len(vocab)
     assert eos == vocab_size - 1
     byte_level = {"add_prefix_space": False, "trim_offsets": True, "use_regex": True}
     return {
@@ -87,7 +77,7 @@ def tokenizer_json(vocab_size: int, seed: int = 0) -> dict:
             "fuse_unk": False,
             "byte_fallback": False,
             "ignore_merges": False,
-            "vocab": {**vocab, EOS: eos},
+            "vocab": vocab,
             "merges": [[a, b] for a, b in merges],
         },
     }

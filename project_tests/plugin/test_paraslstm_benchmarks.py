@@ -32,6 +32,14 @@ def _script(name: str) -> Path:
     raise AssertionError("unreachable")
 
 
+def _module(name: str):
+    """benchmarks/paraslstm/<name>.py, imported."""
+    spec = importlib.util.spec_from_file_location(name, _script(f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def test_serving_benchmark_smoke(tmp_path):
     out = tmp_path / "serving.jsonl"
     cmd = [
@@ -199,11 +207,7 @@ def test_host_step_benchmark_smoke(tmp_path):
 
 
 def test_serving_engine_side_metrics():
-    spec = importlib.util.spec_from_file_location(
-        "benchmark_serving", _script("benchmark_serving.py")
-    )
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _module("benchmark_serving")
     before = dict.fromkeys(bench.SCRAPED, 5.0)
     after = {
         **before,
@@ -226,11 +230,7 @@ def test_serving_engine_side_metrics():
 def test_served_prefill_replay(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(_pristine_vllm())
     monkeypatch.setenv("VLLM_TARGET_DEVICE", "cpu")
-    spec = importlib.util.spec_from_file_location(
-        "simulate_served_prefill", _script("simulate_served_prefill.py")
-    )
-    sim = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(sim)
+    sim = _module("simulate_served_prefill")
     sim.write_model_config(str(tmp_path), 64)
     inf = float("inf")
     # One sequence at a time, 4-token chunks: each 10-token prompt takes 3
@@ -261,11 +261,7 @@ def test_synthetic_tokenizer_streams_every_id(tmp_path, vocab_size):
     from tokenizers.decoders import DecodeStream
     from transformers import AutoTokenizer
 
-    spec = importlib.util.spec_from_file_location(
-        "synthetic_tokenizer", _script("synthetic_tokenizer.py")
-    )
-    synth = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(synth)
+    synth = _module("synthetic_tokenizer")
     synth.write_tokenizer(tmp_path, vocab_size)
     hf = AutoTokenizer.from_pretrained(str(tmp_path))
     assert len(hf) == vocab_size and hf.eos_token_id == vocab_size - 1
