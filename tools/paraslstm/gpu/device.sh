@@ -34,7 +34,8 @@
 #             (vllm serve + vllm bench serve; the server's extra packages
 #             from .gpuvllm/t), results to serving-S.jsonl (and .png where
 #             matplotlib is), each server's log (its 10 s stats lines) and
-#             nvidia-smi dmon's GPU utilization (dmon-serving-S.log); no run
+#             nvidia-smi dmon's GPU utilization (dmon-serving-S.log) and top's
+#             per-process CPU (top-serving-S.log); no run
 #             starts after 480 s
 #   prefix "ARGS"  benchmarks/paraslstm/benchmark_prefix_caching.py ARGS
 #   specbench "ARGS"  benchmarks/paraslstm/benchmark_spec_decode.py ARGS
@@ -300,11 +301,15 @@ print('vllm', vllm.__version__, 'torch', torch.__version__, \
         # GPU utilization a second, beside the rows' front-end and engine CPU
         nvidia-smi dmon -s u -d 1 >"$LOGS/dmon-serving-$1.log" 2>&1 &
         dmon=$!
+        # and each process's CPU every 5 s (API servers, engine core, client)
+        timeout 600 top -b -c -w 200 -d 5 2>&1 | awk '/^top -/{n=0} n++<24' \
+            >"$LOGS/top-serving-$1.log" &
+        topp=$!
         timeout 590 python3 benchmarks/paraslstm/benchmark_serving.py --suite "$1" \
             --server-log-dir "$LOGS" --stop-after 480 "${extra[@]}" \
             --json "$LOGS/serving-$1.jsonl" "${plot[@]}" \
             >"$LOGS/serving-$1.log" 2>&1 || STATUS=1
-        kill "$dmon" 2>/dev/null
+        kill "$dmon" "$topp" 2>/dev/null
         grep "^==\|^|\|^- \|TTFT\|Error" "$LOGS/serving-$1.log" | tail -n 40
         shift 2
         ;;
