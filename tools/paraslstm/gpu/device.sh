@@ -302,7 +302,7 @@ print('vllm', vllm.__version__, 'torch', torch.__version__, \
         nvidia-smi dmon -s u -d 1 >"$LOGS/dmon-serving-$1.log" 2>&1 &
         dmon=$!
         # and each process's CPU every 5 s (API servers, engine core, client)
-        timeout 600 top -b -c -w 200 -d 5 2>&1 | awk '/^top -/{n=0} n++<24' \
+        timeout 600 top -b -c -w 200 -d 5 2>&1 | awk '/^top -/{n=0} n++<24 {print; fflush()}' \
             >"$LOGS/top-serving-$1.log" &
         topp=$!
         timeout 590 python3 benchmarks/paraslstm/benchmark_serving.py --suite "$1" \
