@@ -296,6 +296,8 @@ print('vllm', vllm.__version__, 'torch', torch.__version__, \
         install_pack_wheels || exit 3
         read -r -a extra <<<"$2"
         note "serve $1 ${extra[*]}"
+        # the engine core's one thread can bound a served step: name the host
+        note "host: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2) ($(nproc) cores)"
         plot=()  # without matplotlib there: --replot the jsonl elsewhere
         python3 -c "import matplotlib" 2>/dev/null && plot=(--plot "$LOGS/serving-$1.png")
         # GPU utilization a second, beside the rows' front-end and engine CPU
