@@ -28,7 +28,9 @@ def main() -> None:
     out_len = int(sys.argv[2]) if len(sys.argv) > 2 else 256
     with tempfile.TemporaryDirectory() as tmp:
         model = Path(tmp)
-        (model / "config.json").write_text(json.dumps({**paraslstm(64, 2), "vocab_size": 1024}))
+        (model / "config.json").write_text(
+            json.dumps({**paraslstm(64, 2), "vocab_size": 1024})
+        )
         write_tokenizer(model, 1024)
         llm = LLM(
             str(model),
@@ -41,16 +43,27 @@ def main() -> None:
             kv_cache_memory_bytes=1 << 30,
             seed=0,
         )
-        prompts = [{"prompt_token_ids": [(7 * i + j) % 1000 + 1 for j in range(8)]} for i in range(n)]
+        prompts = [
+            {"prompt_token_ids": [(7 * i + j) % 1000 + 1 for j in range(8)]}
+            for i in range(n)
+        ]
         params = SamplingParams(max_tokens=out_len, ignore_eos=True, temperature=0.0)
-        llm.generate(prompts[: min(n, 64)], SamplingParams(max_tokens=8, ignore_eos=True))
+        llm.generate(
+            prompts[: min(n, 64)], SamplingParams(max_tokens=8, ignore_eos=True)
+        )
         print("READY", flush=True)
         start = time.perf_counter()
         outs = llm.generate(prompts, params, use_tqdm=False)
         wall = time.perf_counter() - start
         toks = sum(len(o.outputs[0].token_ids) for o in outs)
-        row = {"sequences": n, "out_len": out_len, "wall_s": wall, "out_tokens": toks,
-               "ms_per_step": 1000 * wall / out_len, "us_per_seq_step": 1e6 * wall / toks}
+        row = {
+            "sequences": n,
+            "out_len": out_len,
+            "wall_s": wall,
+            "out_tokens": toks,
+            "ms_per_step": 1000 * wall / out_len,
+            "us_per_seq_step": 1e6 * wall / toks,
+        }
         print(json.dumps(row), flush=True)
 
 

@@ -9,6 +9,7 @@ whose pattern occurs in a sample's stack takes the sample.
 
 import sys
 from collections import Counter
+from pathlib import Path
 
 RULES = [
     ("ParaSLSTM metadata builder", "paraslstm_attn.py"),
@@ -25,14 +26,17 @@ RULES = [
     ("scheduler.update_from_output", "Scheduler.update_from_output"),
     ("outputs to the front end", "process_output_sockets"),
     ("waiting (engine core on the worker, worker on the engine core)", "dequeue"),
-    ("waiting (engine core on the worker, worker on the engine core)", "_wait_for_response"),
+    (
+        "waiting (engine core on the worker, worker on the engine core)",
+        "_wait_for_response",
+    ),
     ("shutdown", "shutdown"),
 ]
 
 
 def main() -> None:
     counts: Counter[str] = Counter()
-    for line in open(sys.argv[1]):
+    for line in Path(sys.argv[1]).read_text().splitlines():
         stack, _, n = line.rstrip().rpartition(" ")
         frames = stack.split(";")
         key = "other"
