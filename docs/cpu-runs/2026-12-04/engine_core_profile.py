@@ -2,11 +2,14 @@
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
 """One-off (2026-12-04): where a decode step's host time goes in the engine
 core at many sequences, on this CPU host. ParaSLSTM d64 L2 (vocab 1024,
-dummy weights, eager), N sequences of 8 prompt tokens decoding 256 tokens
-each; run `py-spy record --pid <EngineCore> --format raw` beside it and
-fold the samples with `fold_profile.py` (the raw samples here are xz-compressed).
+dummy weights, eager), N sequences of 8 prompt tokens decoding OUT tokens
+each (default 256; the committed row ran 512, which max_model_len caps at
+504). Beside it, `py-spy record --pid PID --format raw` on both the
+`VLLM::EngineCore` and the `VLLM::Worker` process; `fold_profile.py` folds
+the samples (the raw samples here are xz-compressed).
 
-    VLLM_TARGET_DEVICE=cpu python docs/cpu-runs/2026-12-04/engine_core_profile.py 1024
+    cd docs/cpu-runs/2026-12-04
+    VLLM_TARGET_DEVICE=cpu python engine_core_profile.py 1024 512
 """
 
 import json
@@ -18,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT / "benchmarks" / "paraslstm"))
 from benchmark_engine_gpu import paraslstm  # noqa: E402
-from synthetic_tokenizer import write_tokenizer  # noqa: E402
+from benchmark_serving import _model_dir  # noqa: E402
 
 from vllm import LLM, SamplingParams  # noqa: E402
 
@@ -27,11 +30,7 @@ def main() -> None:
     n = int(sys.argv[1])
     out_len = int(sys.argv[2]) if len(sys.argv) > 2 else 256
     with tempfile.TemporaryDirectory() as tmp:
-        model = Path(tmp)
-        (model / "config.json").write_text(
-            json.dumps({**paraslstm(64, 2), "vocab_size": 1024})
-        )
-        write_tokenizer(model, 1024)
+        model = _model_dir(Path(tmp), {**paraslstm(64, 2), "vocab_size": 1024})
         llm = LLM(
             str(model),
             load_format="dummy",
