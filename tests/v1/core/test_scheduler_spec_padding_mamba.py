@@ -2,8 +2,9 @@
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
 """A one-token prompt that joins running speculative decodes is padded with
 placeholder drafts to the uniform 1 + K shape, except with Mamba layers: a
-first prompt chunk has no prior state to verify from, and a prefill cannot roll
-the placeholders back out of the state it stores."""
+first prompt chunk has no prior state, so the metadata builders keep it a
+prefill, and a prefill cannot roll the placeholders back out of the state it
+stores."""
 
 import pytest
 import torch
@@ -40,10 +41,7 @@ def _sample(scheduler, output: SchedulerOutput, token: int) -> None:
         output,
         ModelRunnerOutput(
             req_ids=req_ids,
-            req_id_to_index={r: i for i, r in enumerate(req_ids)},
             sampled_token_ids=[[token] for _ in req_ids],
-            logprobs=None,
-            prompt_logprobs_dict={},
             pooler_output=[],
         ),
     )

@@ -2,16 +2,16 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
 #
-# Fetch the pristine vLLM v0.32.0 source distribution (sdist) through pip,
+# Fetch a pristine vLLM source distribution (sdist, default v0.34.0) through pip,
 # cache it under .cache/, verify its sha256 and print its path.
 #
 # Usage: tools/paraslstm/series/fetch_vllm_source.sh [DEST]
 #   DEST  optional directory; when given, the sdist is unpacked there as
-#         DEST/vllm-0.32.0/ (skipped if that directory already exists).
+#         DEST/vllm-VERSION/ (skipped if that directory already exists).
 #
 # Environment:
-#   VLLM_SDIST_VERSION  version to fetch (default 0.32.0); a version other
-#                       than 0.32.0 is not hash-checked unless
+#   VLLM_SDIST_VERSION  version to fetch (default 0.34.0); a version without
+#                       a recorded hash is not hash-checked unless
 #                       VLLM_SDIST_SHA256 is given.
 #   VLLM_SDIST_SHA256   expected sha256 (overrides the recorded one).
 #   TORCH_WHEEL_DIR     where torch==2.13.0+cpu lies (default /opt/wheels).
@@ -20,15 +20,18 @@
 # network access; the tools venv (.venv-tools) is created only once.
 set -euo pipefail
 
-VERSION="${VLLM_SDIST_VERSION:-0.32.0}"
+VERSION="${VLLM_SDIST_VERSION:-0.34.0}"
 SHA256_0_32_0="d2c957d5eee3d0985012151315ddc62cbe0cd368fc96a5fc3510438d9dddf2ad"
 SHA256_0_33_0="f4c33c2503d52bb411146afa9618a4f48bed68912f617e6803ac8d76e4c74112"
+SHA256_0_34_0="fcad848b246a9d8652b47e6425af92334dc02492f9802720f54e27b823cf0113"
 if [[ -n "${VLLM_SDIST_SHA256:-}" ]]; then
     EXPECTED="$VLLM_SDIST_SHA256"
 elif [[ "$VERSION" == "0.32.0" ]]; then
     EXPECTED="$SHA256_0_32_0"
 elif [[ "$VERSION" == "0.33.0" ]]; then
     EXPECTED="$SHA256_0_33_0"
+elif [[ "$VERSION" == "0.34.0" ]]; then
+    EXPECTED="$SHA256_0_34_0"
 else
     EXPECTED=""
 fi

@@ -21,7 +21,7 @@ logger = init_logger(__name__)
 @torch.inference_mode()
 def paraslstm_triton_warmup(worker: Worker) -> None:
     """Compile every ParaSLSTM kernel variant this server can launch."""
-    if not current_platform.is_cuda():
+    if not current_platform.is_cuda_alike():
         return
     # ParaSLSTM model construction imports the mixer. Avoid importing it here.
     mixer = sys.modules.get("vllm.model_executor.layers.mamba.paraslstm_mixer")

@@ -1,9 +1,9 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
 """N-gram speculation on an attention-free model (pure Mamba2): greedy tokens
-with drafts are the tokens without, with either model runner. The V1 runner
-used to track the accepted-token counts, which pick the state each decode
-row starts from, for hybrid models only.
+with drafts are the tokens without. The model runner hands the accepted-token
+counts, which pick the state each decode row starts from, to the builders that
+declare `supports_spec_decode_metadata`.
 
 The model is a tiny Mamba2 built from a local config with dummy weights: the
 test downloads nothing.
@@ -75,9 +75,7 @@ def _generate(vllm_runner, model_dir: str, speculative_config):
     return [list(o.outputs[0].token_ids) for o in outputs], accepted
 
 
-@pytest.mark.parametrize("model_runner_v2", ["0", "1"])
-def test_ngram_attention_free(vllm_runner, model_dir, monkeypatch, model_runner_v2):
-    monkeypatch.setenv("VLLM_USE_V2_MODEL_RUNNER", model_runner_v2)
+def test_ngram_attention_free(vllm_runner, model_dir):
     expected, _ = _generate(vllm_runner, model_dir, None)
     got, accepted = _generate(vllm_runner, model_dir, SPECULATIVE_CONFIG)
     assert got == expected

@@ -16,8 +16,7 @@ from vllm.platforms import current_platform
 from vllm.triton_utils import tl, triton
 from vllm.v1.attention.backends.utils import NULL_BLOCK_ID
 
-# CUDA only: PDL (sm_90+), approximate exp2/rcp in PTX, 3xTF32 dots.
-_USE_PDL = current_platform.is_cuda() and current_platform.has_device_capability(90)
+# CUDA only: approximate exp2/rcp in PTX, 3xTF32 dots.
 _FAST_MATH = tl.constexpr(current_platform.is_cuda())
 _DOT_PRECISION = tl.constexpr("tf32x3" if current_platform.is_cuda() else "ieee")
 _LOG2E = tl.constexpr(1.4426950408889634)
@@ -571,6 +570,7 @@ def paraslstm_update(
     num_seqs, d = gates.shape[0], state.shape[-1]
     assert gates.shape[1] == 4 * d and out.shape == (num_seqs, d)
     assert recurrent.shape[0] == 4 and state_indices.shape == (num_seqs,)
+    assert state_indices.stride(0) == 1, "state_indices must be contiguous"
     if num_seqs == 0:
         return
     cfg = _update_config(num_seqs, recurrent, gates.element_size())
@@ -587,8 +587,8 @@ def paraslstm_update(
         null_block_id,
         {**cfg, **(config or {})},
         HEAD=recurrent.dim() == 4,
-        USE_PDL=_USE_PDL,
-        launch_pdl=_USE_PDL,
+        USE_PDL=current_platform.is_arch_support_pdl(),
+        launch_pdl=current_platform.is_arch_support_pdl(),
     )
 
 
