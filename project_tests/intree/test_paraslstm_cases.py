@@ -11,6 +11,8 @@ tokens and float64 prompt and generation logprobs (top-5) for them.
 import pytest
 import torch
 
+from vllm.platforms import current_platform
+
 from .paraslstm_utils import (
     CASES,
     MAX_TOKENS,
@@ -137,3 +139,37 @@ def test_engine_in_separate_process(vllm_runner, checkpoints, monkeypatch):
         outputs = generate(vllm_model, ref["prompts"], prompt_logprobs=False)
     assert client == "SyncMPClient"
     assert_matches_reference(outputs, ref, case)
+
+
+@pytest.mark.skipif(
+    current_platform.uses_standalone_cpu_model_runner(),
+    reason="the standalone CPU runner does not support speculative decoding",
+)
+@pytest.mark.parametrize("case", ["diag-tied-rho0.5-d48", "head-tied-rho0.5-h4"])
+def test_ngram_speculation(vllm_runner, checkpoints, case):
+    """n-gram drafts (one-token matches, so that drafts come often), chunked
+    prefill beside verify rows: pararnn-torch's tokens, every generation
+    logprob and every prompt logprob, with drafts accepted."""
+    ref = REFERENCES[case]
+    with vllm_runner(
+        checkpoints[case],
+        **engine_kwargs(
+            speculative_config={
+                "method": "ngram",
+                "num_speculative_tokens": 3,
+                "prompt_lookup_min": 1,
+                "prompt_lookup_max": 3,
+            },
+            enable_chunked_prefill=True,
+            max_num_batched_tokens=32,
+            disable_log_stats=False,
+        ),
+    ) as vllm_model:
+        outputs = generate(vllm_model, ref["prompts"])
+        accepted = sum(
+            m.value
+            for m in vllm_model.llm.get_metrics()
+            if m.name == "vllm:spec_decode_num_accepted_tokens"
+        )
+    assert_matches_reference(outputs, ref, f"{case} ngram")
+    assert accepted > 0

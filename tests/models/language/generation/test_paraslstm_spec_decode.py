@@ -17,6 +17,10 @@ from vllm.platforms import current_platform
 from vllm.triton_utils import HAS_TRITON
 
 pytestmark = pytest.mark.hybrid_model
+needs_spec_runner = pytest.mark.skipif(
+    current_platform.uses_standalone_cpu_model_runner(),
+    reason="the standalone CPU model runner does not support speculative decoding",
+)
 
 MODEL = "pararnn/ParaSLSTM-tiny-random"
 # Token ids that repeat, so that the model's greedy tokens repeat too.
@@ -66,6 +70,7 @@ def _metric(vllm_model, name: str) -> float:
     return sum(m.value for m in vllm_model.llm.get_metrics() if m.name == name)
 
 
+@needs_spec_runner
 def test_ngram_chunked_prefill(vllm_runner, expected) -> None:
     """Two sequences at a time in 16-token prefill chunks, the second stopping
     early: rows verify drafts beside prefill chunks, and the one-token prompt
@@ -86,6 +91,7 @@ def test_ngram_chunked_prefill(vllm_runner, expected) -> None:
     assert accepted > 0
 
 
+@needs_spec_runner
 @pytest.mark.skipif(
     not HAS_TRITON, reason="align-mode state copies with drafts are Triton kernels"
 )
@@ -111,6 +117,7 @@ def test_ngram_prefix_caching(vllm_runner, expected) -> None:
     assert accepted > 0
 
 
+@needs_spec_runner
 @pytest.mark.parametrize(
     "speculative_config",
     [
@@ -150,6 +157,7 @@ def test_unsupported_method(method: str) -> None:
         model_config_cls.verify_and_update_config(vllm_config)
 
 
+@needs_spec_runner
 def test_prefix_caching_needs_triton() -> None:
     HF_EXAMPLE_MODELS.find_hf_info(MODEL).check_available_online(on_fail="skip")
     vllm_config = EngineArgs(
