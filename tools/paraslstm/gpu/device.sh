@@ -2,8 +2,8 @@
 # SPDX-License-Identifier: Apache-2.0
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
 #
-# The ParaSLSTM series in vLLM 0.32.0 on the GPU machine (device tool), in
-# stages; docs/gpu.md has the calls. Runs from the repo root there. Logs go
+# The ParaSLSTM stack in the packed vLLM (0.34.0) on the GPU machine (device
+# tool), in stages; docs/gpu.md has the calls. Runs from the repo root there. Logs go
 # to $OUT (the device tool's return folder) when it is set, else ./out/gpu.
 #
 #   a         unpack .gpuvllm/a (the kernel library) into /tmp/site; when the
@@ -19,9 +19,12 @@
 #             changes (as bisect_series.sh on CPU), all at once
 #   project ["A"]  project_tests/intree (or the selection A) in the patched
 #             tree of the whole stack (after tests)
-#   seeded    the bugfix PR's seeded tokens (tools/paraslstm/gpu/seeded_tokens.py)
-#             with the whole stack and on pristine vLLM: must be equal
-#             (after tests)
+#   ptests    the whole stack's tests (series.py tests) in the patched
+#             tests/, all at once on GPU 0
+#   pproject ["A"]  project_tests/intree (or the files A), one pytest per file,
+#             all at once (after ptests)
+#   plugin    the plugin (pip install .) on the pack's pristine vLLM: the
+#             smoke test and the KJV model's generation
 #   parallel  the tensor/pipeline-parallel tests (two GPUs)
 #   intree "A"  pytest A (a selection of the patched tree's tests) on GPU 0
 #   only "A"  pytest A (a space-separated selection) on GPU 0
@@ -40,8 +43,6 @@
 #   prefix "ARGS"  benchmarks/paraslstm/benchmark_prefix_caching.py ARGS
 #   specbench "ARGS"  benchmarks/paraslstm/benchmark_spec_decode.py ARGS
 #             (speculation on against off on the KJV model)
-#   spec      the spec-decode engine tests in the patched tree, under the V1
-#             and the V2 model runner, beside the Mamba2 core test, at once
 #
 # Several stages may be given: `device.sh b tests bench small`.
 set -uo pipefail
@@ -200,25 +201,6 @@ print('vllm', vllm.__version__, 'torch', torch.__version__, \
         for pid in "${pids[@]}"; do wait "$pid" || STATUS=1; done
         cat "$LOGS"/stack-*.out
         ;;
-    spec)
-        need_site
-        prepare_stack_tests
-        pids=()
-        for runner in 0 1; do
-            (cd $INTREE && CUDA_VISIBLE_DEVICES=0 VLLM_USE_V2_MODEL_RUNNER=$runner \
-                PYTHONPATH=$SITE:$INTREE run_pytest spec-runner$runner 470 \
-                tests/models/language/generation/test_paraslstm_spec_decode.py \
-                >"$LOGS/spec-runner$runner.out") &
-            pids+=($!)
-        done
-        (cd $INTREE && CUDA_VISIBLE_DEVICES=0 PYTHONPATH=$SITE:$INTREE \
-            run_pytest spec-mamba2 470 \
-            tests/v1/e2e/spec_decode/ngram_suffix/test_ngram_attention_free.py \
-            >"$LOGS/spec-mamba2.out") &
-        pids+=($!)
-        for pid in "${pids[@]}"; do wait "$pid" || STATUS=1; done
-        grep -h -E "^=== |passed|failed" "$LOGS"/spec-*.out
-        ;;
     project)
         # This project's in-tree suite (project_tests/intree) in the patched
         # tree of the whole stack (run `tests` first).
@@ -231,26 +213,60 @@ print('vllm', vllm.__version__, 'torch', torch.__version__, \
         (cd $INTREE && CUDA_VISIBLE_DEVICES=0 PYTHONPATH=$SITE:$INTREE \
             run_pytest project 560 "${selection[@]}") || STATUS=1
         ;;
-    seeded)
+    ptests)
+        # The whole stack's tests (series.py tests) in the patched tests/, all
+        # at once on GPU 0 (each test engine sizes its cache in bytes).
         need_site
-        [[ -d $INTREE/tests ]] || { echo "device.sh: run the tests stage first"; exit 3; }
+        prepare_stack_tests
+        pids=()
+        i=0
+        while IFS=$'\t' read -r -a args; do
+            i=$((i + 1))
+            (cd $INTREE && CUDA_VISIBLE_DEVICES=0 PYTHONPATH=$SITE:$INTREE \
+                VLLM_ENABLE_V1_MULTIPROCESSING=0 run_pytest full-$i 560 "${args[@]}" >"$LOGS/full-$i.out") &
+            pids+=($!)
+        done < <(tar -xOf "$CARRY/b/paraslstm_series.tar" manifest.json | python3 -c \
+            "import json, sys; [print('\t'.join(t)) for t in json.load(sys.stdin)['tests']]")
+        for pid in "${pids[@]}"; do wait "$pid" || STATUS=1; done
+        grep -h -E "^=== |passed|failed|error" "$LOGS"/full-*.out
+        ;;
+    pproject)
+        # project_tests/intree (or the files A), one pytest per file at once
+        need_site
+        [[ -d $INTREE/tests ]] || { echo "device.sh: run the ptests stage first"; exit 3; }
+        rm -rf $INTREE/tests/paraslstm_project
+        cp -r project_tests/intree $INTREE/tests/paraslstm_project
+        read -r -a files <<<"${1:-$(cd project_tests/intree && ls test_*.py | tr '\n' ' ')}"
+        shift || true
+        pids=()
+        for f in "${files[@]}"; do
+            (cd $INTREE && CUDA_VISIBLE_DEVICES=0 PYTHONPATH=$SITE:$INTREE \
+                VLLM_ENABLE_V1_MULTIPROCESSING=0 run_pytest "project-${f%.py}" 560 "tests/paraslstm_project/$f" \
+                >"$LOGS/project-${f%.py}.out") &
+            pids+=($!)
+        done
+        for pid in "${pids[@]}"; do wait "$pid" || STATUS=1; done
+        grep -h -E "^=== |passed|failed|error" "$LOGS"/project-*.out
+        ;;
+    plugin)
+        # The plugin on the pristine vLLM of the pack: install it into a venv
+        # that sees that vLLM, generate with the KJV model, check the edits.
+        need_site
         rm -rf $SITE-pristine && cp -a $SITE $SITE-pristine
         python3 tools/paraslstm/gpu/install_series.py --undo $SITE-pristine || exit 3
-        for which in pristine stack; do
-            site=$SITE && [[ $which == pristine ]] && site=$SITE-pristine
-            note "seeded tokens: $which"
-            (cd $INTREE && CUDA_VISIBLE_DEVICES=0 PYTHONPATH=$site:$INTREE timeout 300 \
-                python3 "$OLDPWD/tools/paraslstm/gpu/seeded_tokens.py" \
-                "$LOGS/seeded-$which.json" >"$LOGS/seeded-$which.log" 2>&1) || STATUS=1
-            cat "$LOGS/seeded-$which.json"
-        done
-        if cmp -s "$LOGS/seeded-pristine.json" "$LOGS/seeded-stack.json" \
-            && [[ -s "$LOGS/seeded-stack.json" ]]; then
-            note "seeded tokens: equal"
-        else
-            note "seeded tokens: DIFFER (or missing)"
-            STATUS=1
-        fi
+        rm -rf /tmp/plugin-venv && python3 -m venv --system-site-packages /tmp/plugin-venv
+        purelib=$(/tmp/plugin-venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+        echo "import site; site.addsitedir('$SITE-pristine')" >"$purelib/zz_site.pth"
+        /tmp/plugin-venv/bin/python -m pip install -q --no-deps --no-build-isolation . \
+            >"$LOGS/plugin-install.log" 2>&1 || { tail "$LOGS/plugin-install.log"; exit 3; }
+        note "plugin on pristine vLLM"
+        (cd /tmp && PYTHONPATH= VLLM_PLUGINS=paraslstm timeout 400 \
+            /tmp/plugin-venv/bin/python "$OLDPWD/tools/paraslstm/ci/plugin_smoke.py" \
+            >"$LOGS/plugin-smoke.log" 2>&1 && PYTHONPATH= VLLM_PLUGINS=paraslstm \
+            timeout 300 /tmp/plugin-venv/bin/python "$OLDPWD/examples/paraslstm_generate.py" \
+            --max-tokens 24 >"$LOGS/plugin-generate.log" 2>&1) || STATUS=1
+        tail -n 3 "$LOGS/plugin-smoke.log"
+        grep -v "^INFO\|^WARNING\|^(EngineCore\|^DEBUG" "$LOGS/plugin-generate.log" | tail -n 8
         ;;
     parallel)
         need_site
