@@ -4,7 +4,7 @@
 #
 # Every prefix of the stack stands on its own: for each PR folder but the
 # last (the whole stack runs all tests in intree_tests.sh), the patched
-# v0.32.0 tree up to it imports its new modules and passes the tests its PR
+# v0.34.0 tree up to it imports its new modules and passes the tests its PR
 # adds or changes.
 #
 # Usage: tools/paraslstm/ci/bisect_series.sh [PYTEST OPTIONS...]

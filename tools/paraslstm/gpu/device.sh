@@ -21,8 +21,8 @@
 #             tree of the whole stack (after tests)
 #   ptests    the whole stack's tests (series.py tests) in the patched
 #             tests/, all at once on GPU 0
-#   pproject ["A"]  project_tests/intree (or the files A), one pytest per file,
-#             all at once (after ptests)
+#   pproject  project_tests/intree (or the files $PARASLSTM_PROJECT_FILES),
+#             one pytest per file, all at once (after ptests)
 #   plugin    the plugin (pip install .) on the pack's pristine vLLM: the
 #             smoke test and the KJV model's generation
 #   parallel  the tensor/pipeline-parallel tests (two GPUs)
@@ -55,6 +55,7 @@ INTREE="$SITE-tests"
 CARRY="${PARASLSTM_GPU_CARRY:-.gpuvllm}"
 LOGS="${OUT:-out/gpu}${PARASLSTM_GPU_TAG:+/$PARASLSTM_GPU_TAG}"
 mkdir -p "$LOGS"
+IMAGE_PYTHONPATH="${PYTHONPATH:-}"
 export PYTHONPATH="$SITE:$PWD" PYTHONUNBUFFERED=1
 export VLLM_USE_FLASHINFER_SAMPLER=0 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 export PARASLSTM_KJV_MODEL="$PWD/examples/paraslstm-kjv"
@@ -236,8 +237,7 @@ print('vllm', vllm.__version__, 'torch', torch.__version__, \
         [[ -d $INTREE/tests ]] || { echo "device.sh: run the ptests stage first"; exit 3; }
         rm -rf $INTREE/tests/paraslstm_project
         cp -r project_tests/intree $INTREE/tests/paraslstm_project
-        read -r -a files <<<"${1:-$(cd project_tests/intree && ls test_*.py | tr '\n' ' ')}"
-        shift || true
+        read -r -a files <<<"${PARASLSTM_PROJECT_FILES:-$(cd project_tests/intree && ls test_*.py | tr '\n' ' ')}"
         pids=()
         for f in "${files[@]}"; do
             (cd $INTREE && CUDA_VISIBLE_DEVICES=0 PYTHONPATH=$SITE:$INTREE \
@@ -254,17 +254,20 @@ print('vllm', vllm.__version__, 'torch', torch.__version__, \
         need_site
         rm -rf $SITE-pristine && cp -a $SITE $SITE-pristine
         python3 tools/paraslstm/gpu/install_series.py --undo $SITE-pristine || exit 3
-        rm -rf /tmp/plugin-venv && python3 -m venv --system-site-packages /tmp/plugin-venv
-        purelib=$(/tmp/plugin-venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-        echo "import site; site.addsitedir('$SITE-pristine')" >"$purelib/zz_site.pth"
-        /tmp/plugin-venv/bin/python -m pip install -q --no-deps --no-build-isolation . \
+        # pip install into a site dir of its own; a sitecustomize adds it as a
+        # site dir (so its .pth runs, in spawned engine processes too).
+        rm -rf /tmp/plugin-site /tmp/plugin-boot && mkdir -p /tmp/plugin-boot
+        python3 -m pip install -q --no-deps --no-build-isolation --target /tmp/plugin-site . \
             >"$LOGS/plugin-install.log" 2>&1 || { tail "$LOGS/plugin-install.log"; exit 3; }
+        echo "import site; site.addsitedir('/tmp/plugin-site')" >/tmp/plugin-boot/sitecustomize.py
+        plugin_path=/tmp/plugin-boot:$SITE-pristine${IMAGE_PYTHONPATH:+:$IMAGE_PYTHONPATH}
         note "plugin on pristine vLLM"
-        (cd /tmp && PYTHONPATH= VLLM_PLUGINS=paraslstm timeout 400 \
-            /tmp/plugin-venv/bin/python "$OLDPWD/tools/paraslstm/ci/plugin_smoke.py" \
-            >"$LOGS/plugin-smoke.log" 2>&1 && PYTHONPATH= VLLM_PLUGINS=paraslstm \
-            timeout 300 /tmp/plugin-venv/bin/python "$OLDPWD/examples/paraslstm_generate.py" \
-            --max-tokens 24 >"$LOGS/plugin-generate.log" 2>&1) || STATUS=1
+        (cd /tmp && PYTHONPATH=$plugin_path VLLM_PLUGINS=paraslstm timeout 400 \
+            python3 "$OLDPWD/tools/paraslstm/ci/plugin_smoke.py" \
+            >"$LOGS/plugin-smoke.log" 2>&1 && PYTHONPATH=$plugin_path \
+            VLLM_PLUGINS=paraslstm timeout 300 python3 \
+            "$OLDPWD/examples/paraslstm_generate.py" --max-tokens 24 \
+            >"$LOGS/plugin-generate.log" 2>&1) || STATUS=1
         tail -n 3 "$LOGS/plugin-smoke.log"
         grep -v "^INFO\|^WARNING\|^(EngineCore\|^DEBUG" "$LOGS/plugin-generate.log" | tail -n 8
         ;;

@@ -20,6 +20,14 @@ class _Platform:
         interpret = os.environ.get("TRITON_INTERPRET", "0") == "1"
         return torch.cuda.is_available() and not interpret
 
+    @classmethod
+    def is_cuda_alike(cls) -> bool:
+        return cls.is_cuda()
+
+    @classmethod
+    def is_arch_support_pdl(cls) -> bool:
+        return cls.is_cuda() and cls.has_device_capability(90)
+
     @staticmethod
     def has_device_capability(capability: int, device_id: int = 0) -> bool:
         if not torch.cuda.is_available():
