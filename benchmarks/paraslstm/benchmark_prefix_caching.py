@@ -261,9 +261,11 @@ def render(runs: list[dict]) -> str:
     head = "| workload | " + " | ".join(_label(r) for r in runs) + " |"
     rule = "|---" * (len(runs) + 1) + "|"
     lines = [
-        f"caching on: mode {on['mamba_cache_mode']}, retention {on['retention']}, "
-        f"max_num_batched_tokens {on['max_num_batched_tokens']}; a cell is "
-        "cached tokens / TTFT ms / engine steps",
+        (
+            f"caching on: mode {on['mamba_cache_mode']}, retention {on['retention']}, "
+            f"max_num_batched_tokens {on['max_num_batched_tokens']}; a cell is "
+            "cached tokens / TTFT ms / engine steps"
+        ),
         "",
         head,
         rule,

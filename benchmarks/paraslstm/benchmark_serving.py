@@ -435,8 +435,10 @@ def saturation(pts: list[dict]) -> tuple[float | None, dict | None]:
 
 def table(rows: list[dict]) -> str:
     lines = [
-        "| model | workload | rate (req/s[@in flight]) | TTFT p50 / p99 (ms) | "
-        "TPOT p50 / p99 (ms) | engine ITL (ms) | output tok/s | prompt tok/s |",
+        (
+            "| model | workload | rate (req/s[@in flight]) | TTFT p50 / p99 (ms) | "
+            "TPOT p50 / p99 (ms) | engine ITL (ms) | output tok/s | prompt tok/s |"
+        ),
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:

@@ -3,10 +3,11 @@
 # SPDX-FileCopyrightText: Copyright contributors to the vLLM project
 #
 # Lint the repo's Python files the way vLLM's pre-commit does: ruff check and
-# ruff format (ruff==0.14.0, settings in pyproject.toml), and vLLM's own SPDX
-# header and forbidden-imports checks, run from the pristine v0.32.0 sdist
-# (series.py pristine). Exits non-zero on any violation. Ruff and regex go
-# into the tools venv (.venv-tools) on first use.
+# ruff format (ruff==0.17.2, as v0.34.0's pre-commit; settings in
+# pyproject.toml), and vLLM's own SPDX header and forbidden-imports checks, run
+# from the pristine v0.34.0 sdist (series.py pristine); also every PR's version
+# of the files (series.py stages). Exits non-zero on any violation. Ruff and
+# regex go into the tools venv (.venv-tools) on first use.
 #
 # Usage: tools/paraslstm/ci/lint.sh [FILE...]   (default: every tracked or
 #        untracked, not ignored, *.py file of the repo)
@@ -14,7 +15,7 @@ set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../../.." && pwd)"
 TOOLS_VENV="${PARASLSTM_TOOLS_VENV:-$ROOT/.venv-tools}"
-RUFF_VERSION="0.14.0"
+RUFF_VERSION="0.17.2"
 cd "$ROOT" || exit 2
 
 if [[ "$("$TOOLS_VENV/bin/ruff" --version 2>/dev/null)" != "ruff $RUFF_VERSION" ]] ||
@@ -23,7 +24,7 @@ if [[ "$("$TOOLS_VENV/bin/ruff" --version 2>/dev/null)" != "ruff $RUFF_VERSION" 
     "$TOOLS_VENV/bin/pip" install -q "ruff==$RUFF_VERSION" regex || exit 2
 fi
 RUFF="$TOOLS_VENV/bin/ruff"
-# vLLM's own pre-commit checks, from the pristine v0.32.0 tree.
+# vLLM's own pre-commit checks, from the pristine v0.34.0 tree.
 UPSTREAM="$(python3 tools/paraslstm/series/series.py pristine | tail -n 1)/tools/pre_commit"
 [[ -f "$UPSTREAM/check_spdx_header.py" ]] || { echo "lint: no $UPSTREAM"; exit 2; }
 
@@ -50,10 +51,10 @@ run python3 "$UPSTREAM/check_spdx_header.py" "${files[@]}"
 mapfile -t import_checked < <(printf '%s\n' "${files[@]}" | grep -v '^tools/paraslstm/ci/triton_shim/')
 run "$TOOLS_VENV/bin/python" "$UPSTREAM/check_forbidden_imports.py" "${import_checked[@]}"
 
-# Every earlier stage of a file the stack changes again (stages/*.diff).
-if [[ $# -eq 0 ]] && compgen -G "stages/*.diff" >/dev/null; then
+# Every PR's version of the repo's files it adds or changes (series.py stages).
+if [[ $# -eq 0 ]]; then
     STAGES="$(mktemp -d)"
-    python3 tools/paraslstm/series/series.py export-stages "$STAGES"
+    python3 tools/paraslstm/series/series.py stages "$STAGES"
     mapfile -t staged < <(cd "$STAGES" && find . -name '*.py' | sort)
     run bash -c 'cd "$0" && "$1" check --config "$2/pyproject.toml" "${@:3}" &&
         "$1" format --config "$2/pyproject.toml" --check "${@:3}"' \

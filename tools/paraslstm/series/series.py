@@ -115,7 +115,9 @@ def pristine(version: str = BASE) -> Path:
         ["bash", str(FETCH)], check=True, capture_output=True, text=True, env=env
     ).stdout.split()[-1]
     unpack = Path(tempfile.mkdtemp(dir=CACHE.parent))
-    subprocess.run(["tar", "--no-same-owner", "-xzf", tarball, "-C", str(unpack)], check=True)
+    subprocess.run(
+        ["tar", "--no-same-owner", "-xzf", tarball, "-C", str(unpack)], check=True
+    )
     (unpack / f"vllm-{version}").rename(repo)
     shutil.rmtree(unpack)
     git(repo, "init", "-q", "-b", "pristine")
