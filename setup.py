@@ -59,6 +59,9 @@ setup(
     package_dir={"": "plugin"},
     packages=["vllm_paraslstm"],
     cmdclass={"build_py": BuildPyWithInTreeFiles},
-    entry_points={"vllm.general_plugins": ["paraslstm = vllm_paraslstm:register"]},
+    entry_points={
+        "vllm.general_plugins": ["paraslstm = vllm_paraslstm:register"],
+        "console_scripts": ["vllm-paraslstm = vllm_paraslstm._cli:main"],
+    },
     zip_safe=False,
 )

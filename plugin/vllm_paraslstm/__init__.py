@@ -98,9 +98,10 @@ def _register_model() -> None:
 
 def register() -> None:
     """Entry point of the `vllm.general_plugins` group."""
-    from . import _finder
+    from . import _cpu_spec_sampling, _finder
 
     _finder.install()
+    _cpu_spec_sampling.install()
     if series_merged():
         return
     _register_config()
