@@ -77,7 +77,8 @@ def free_port() -> int:
 
 class Server:
     """`vllm serve MODEL` (float32, eager, seed 0) on a free loopback port,
-    in its own session, logging to `log_path`."""
+    in its own session, logging to `log_path`. `launcher` is the command that
+    stands for `vllm` (default: `VLLM_CLI` with this interpreter)."""
 
     def __init__(
         self,
@@ -87,6 +88,7 @@ class Server:
         max_model_len: int,
         max_num_seqs: int,
         extra_args: Sequence[str] = (),
+        launcher: Sequence[str] | None = None,
     ):
         self.model = str(model)
         self.port = free_port()
@@ -108,8 +110,10 @@ class Server:
         env.pop("VLLM_ENABLE_V1_MULTIPROCESSING", None)
         env.setdefault("HF_HUB_OFFLINE", "1")
         self._log = open(log_path, "wb")  # noqa: SIM115
+        if launcher is None:
+            launcher = [sys.executable, str(repo_file(VLLM_CLI))]
         self.proc = subprocess.Popen(
-            [sys.executable, str(repo_file(VLLM_CLI)), *args],
+            [*launcher, *args],
             stdout=self._log,
             stderr=subprocess.STDOUT,
             env=env,
