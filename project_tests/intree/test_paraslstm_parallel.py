@@ -268,6 +268,10 @@ def _check_tensor_parallel_ngram(vllm_runner, ckpt: str):
 
 
 @on_cpu
+@pytest.mark.skipif(
+    current_platform.uses_standalone_cpu_model_runner(),
+    reason="the standalone CPU runner does not support speculative decoding",
+)
 def test_tensor_parallel_ngram_cpu(vllm_runner, checkpoints, cpu_ranks):
     _check_tensor_parallel_ngram(vllm_runner, checkpoints["head-untied-rhonull-h2"])
 

@@ -50,6 +50,10 @@ UPSTREAM_ROOTS = ("vllm", "tests")
 EXTRA_TESTS = {
     "2-model": [("tests/models/test_initialization.py", "-k", "ParaSLSTM")],
 }
+# An upstream test file a PR changes runs only the tests the PR adds there.
+SELECT = {
+    "tests/v1/worker/test_mamba_hybrid_model_state.py": ("-k", "spec_decode"),
+}
 MAX_ADDED = 1200
 DEFAULT_AUTHOR = "ParaSLSTM authors <paraslstm@users.noreply.github.com>"
 AUTHOR = os.environ.get("PARASLSTM_SERIES_AUTHOR", DEFAULT_AUTHOR)
@@ -289,7 +293,7 @@ def tests(upto: str | None, only: bool) -> list[tuple[str, ...]]:
                       f"{rev}~1", rev, "--", "tests")  # fmt: skip
         for path in changed.split():
             if Path(path).name.startswith("test_") and path.endswith(".py"):
-                found.append((path,))
+                found.append((path, *SELECT.get(path, ())))
         found += EXTRA_TESTS.get(name, [])
     return list(dict.fromkeys(found))
 
