@@ -23,12 +23,10 @@ expand fallback when its source passes `_ensure_int64(output)` to the op,
 fixed right after its first import.
 """
 
-import importlib.abc
-import importlib.util
 import inspect
-import sys
-from collections.abc import Callable
 from types import ModuleType
+
+from . import _edits
 
 EXPAND_MODULE = "vllm.utils.cpu_triton_utils"
 TOP_K_MODULE = "vllm.v1.sample.ops.topk_topp_sampler"
@@ -80,38 +78,7 @@ def _fix_top_k_only(module: ModuleType) -> None:
     module.apply_top_k_only = apply_top_k_only
 
 
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Runs `fix` on module `name` right after its first import."""
-
-    def __init__(self, name: str, fix: Callable[[ModuleType], None]) -> None:
-        self.name = name
-        self.fix = fix
-
-    def find_spec(self, fullname, path=None, target=None):
-        if fullname != self.name:
-            return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec(fullname)
-        if spec is None or spec.loader is None:
-            return spec
-        exec_module = spec.loader.exec_module
-
-        def exec_and_fix(module: ModuleType) -> None:
-            exec_module(module)
-            self.fix(module)
-
-        spec.loader.exec_module = exec_and_fix
-        return spec
-
-
-def _on_import(name: str, fix: Callable[[ModuleType], None]) -> None:
-    if name in sys.modules:
-        fix(sys.modules[name])
-    elif not any(isinstance(f, _AfterImport) and f.name == name for f in sys.meta_path):
-        sys.meta_path.insert(0, _AfterImport(name, fix))
-
-
 def install() -> None:
     """Fixes both functions where they are broken (re-entrant)."""
-    _on_import(EXPAND_MODULE, _fix_expand)
-    _on_import(TOP_K_MODULE, _fix_top_k_only)
+    _edits.on_import(EXPAND_MODULE, _fix_expand)
+    _edits.on_import(TOP_K_MODULE, _fix_top_k_only)

@@ -28,6 +28,7 @@ import importlib.abc
 import importlib.machinery
 import linecache
 import sys
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 from types import ModuleType
@@ -261,31 +262,41 @@ def perform(module: ModuleType) -> None:
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
-    """Performs the edits of one module right after it is first imported."""
+    """Runs `then` on one module right after it is first imported."""
 
-    def __init__(self, name: str) -> None:
-        self.name = name
+    def __init__(self, name: str, then: Callable[[ModuleType], None]) -> None:
+        self.name, self.then = name, then
 
     def find_spec(self, fullname, path=None, target=None):
         if fullname != self.name:
             return None
-        sys.meta_path.remove(self)
         spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
         if spec is None or spec.loader is None:
             return spec
         exec_module = spec.loader.exec_module
 
-        def exec_and_perform(module: ModuleType) -> None:
+        def exec_and_then(module: ModuleType) -> None:
+            # Not at find_spec: `importlib.util.find_spec` probes import nothing.
+            if self in sys.meta_path:
+                sys.meta_path.remove(self)
             exec_module(module)
-            perform(module)
+            self.then(module)
 
-        spec.loader.exec_module = exec_and_perform
+        spec.loader.exec_module = exec_and_then
         return spec
+
+
+def on_import(name: str, then: Callable[[ModuleType], None]) -> None:
+    """`then(module)` on module `name` now if it is loaded, else when it is."""
+    if name in sys.modules:
+        then(sys.modules[name])
+    elif not any(
+        isinstance(f, _AfterImport) and (f.name, f.then) == (name, then)
+        for f in sys.meta_path
+    ):
+        sys.meta_path.insert(0, _AfterImport(name, then))
 
 
 def perform_on_import(name: str) -> None:
     """`perform` on module `name` now if it is loaded, else when it is."""
-    if name in sys.modules:
-        perform(sys.modules[name])
-    elif not any(isinstance(f, _AfterImport) and f.name == name for f in sys.meta_path):
-        sys.meta_path.insert(0, _AfterImport(name))
+    on_import(name, perform)
