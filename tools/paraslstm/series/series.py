@@ -52,7 +52,10 @@ EXTRA_TESTS = {
 }
 # An upstream test file a PR changes runs only the tests the PR adds there.
 SELECT = {
-    "tests/v1/worker/test_mamba_hybrid_model_state.py": ("-k", "spec_decode"),
+    "tests/v1/worker/test_mamba_hybrid_model_state.py": (
+        "-k",
+        "spec_decode_kwargs or declare_spec_decode_metadata",
+    ),
 }
 MAX_ADDED = 1200
 DEFAULT_AUTHOR = "ParaSLSTM authors <paraslstm@users.noreply.github.com>"
@@ -148,7 +151,8 @@ def am(repo: Path, patches: list[Path]) -> None:
             )
 
 
-def apply(dest: Path, version: str = BASE, upto: str | None = None) -> Path:
+def clone(dest: Path, version: str = BASE) -> Path:
+    """A fresh clone of the pristine repo of `version` at `dest`."""
     shutil.rmtree(dest, ignore_errors=True)
     dest.parent.mkdir(parents=True, exist_ok=True)
     subprocess.run(
@@ -157,7 +161,11 @@ def apply(dest: Path, version: str = BASE, upto: str | None = None) -> Path:
     )
     git(dest, "config", "user.name", AUTHOR.rsplit(" <", 1)[0])
     git(dest, "config", "user.email", AUTHOR.rsplit(" <", 1)[1].rstrip(">"))
-    am(dest, [patch_of(f) for f in prefix(upto)])
+    return dest
+
+
+def apply(dest: Path, version: str = BASE, upto: str | None = None) -> Path:
+    am(clone(dest, version), [patch_of(f) for f in prefix(upto)])
     return dest
 
 
@@ -268,12 +276,7 @@ def check() -> list[str]:
         for name in names:
             if "-fix-" in name or name.endswith("-core"):
                 try:
-                    alone = tmp / f"alone-{name}"
-                    subprocess.run(
-                        ["git", "clone", "-q", str(pristine(BASE)), str(alone)],
-                        check=True,
-                    )
-                    am(alone, [patch_of(name)])
+                    am(clone(tmp / f"alone-{name}"), [patch_of(name)])
                     print(f"check: {name} applies alone to v{BASE}")
                 except SeriesError as e:
                     errors.append(f"{name} alone: {e}")
