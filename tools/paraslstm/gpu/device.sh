@@ -124,6 +124,26 @@ run_manifest_tests() {  # name, site, tests root, series tarball, key (tests|onl
     return $rc
 }
 
+pids=()
+intree_bg() {  # name, pytest args...: in the patched tests/ on GPU 0, in the background
+    local name=$1
+    shift
+    (cd $INTREE && CUDA_VISIBLE_DEVICES=0 PYTHONPATH=$SITE:$INTREE \
+        VLLM_ENABLE_V1_MULTIPROCESSING=0 run_pytest "$name" 560 "$@" \
+        >"$LOGS/$name.out") &
+    pids+=($!)
+}
+
+wait_bg() {  # every background job in pids (intree_bg's among them)
+    for pid in "${pids[@]}"; do wait "$pid" || STATUS=1; done
+    pids=()
+}
+
+copy_project_tests() {  # project_tests/intree as the patched tree's tests/paraslstm_project
+    rm -rf $INTREE/tests/paraslstm_project
+    cp -r project_tests/intree $INTREE/tests/paraslstm_project
+}
+
 bench() {  # suite
     note "bench $1"
     VLLM_ENABLE_V1_MULTIPROCESSING=0 timeout 570 python3 \
@@ -187,7 +207,6 @@ print('vllm', vllm.__version__, 'torch', torch.__version__, \
         # its cache in bytes).
         need_site
         prepare_intree
-        pids=()
         for tarball in "$CARRY"/b/paraslstm_series-*.tar; do
             folder=$(basename "$tarball" .tar)
             folder=${folder#paraslstm_series-}
@@ -199,7 +218,7 @@ print('vllm', vllm.__version__, 'torch', torch.__version__, \
                 >"$LOGS/stack-$folder.out" 2>&1) &
             pids+=($!)
         done
-        for pid in "${pids[@]}"; do wait "$pid" || STATUS=1; done
+        wait_bg
         cat "$LOGS"/stack-*.out
         ;;
     project)
@@ -207,8 +226,7 @@ print('vllm', vllm.__version__, 'torch', torch.__version__, \
         # tree of the whole stack (run `tests` first).
         need_site
         [[ -d $INTREE/tests ]] || { echo "device.sh: run the tests stage first"; exit 3; }
-        rm -rf $INTREE/tests/paraslstm_project
-        cp -r project_tests/intree $INTREE/tests/paraslstm_project
+        copy_project_tests
         read -r -a selection <<<"${1:-tests/paraslstm_project}"
         shift || true
         (cd $INTREE && CUDA_VISIBLE_DEVICES=0 PYTHONPATH=$SITE:$INTREE \
@@ -219,33 +237,25 @@ print('vllm', vllm.__version__, 'torch', torch.__version__, \
         # at once on GPU 0 (each test engine sizes its cache in bytes).
         need_site
         prepare_stack_tests
-        pids=()
         i=0
         while IFS=$'\t' read -r -a args; do
             i=$((i + 1))
-            (cd $INTREE && CUDA_VISIBLE_DEVICES=0 PYTHONPATH=$SITE:$INTREE \
-                VLLM_ENABLE_V1_MULTIPROCESSING=0 run_pytest full-$i 560 "${args[@]}" >"$LOGS/full-$i.out") &
-            pids+=($!)
+            intree_bg full-$i "${args[@]}"
         done < <(tar -xOf "$CARRY/b/paraslstm_series.tar" manifest.json | python3 -c \
             "import json, sys; [print('\t'.join(t)) for t in json.load(sys.stdin)['tests']]")
-        for pid in "${pids[@]}"; do wait "$pid" || STATUS=1; done
+        wait_bg
         grep -h -E "^=== |passed|failed|error" "$LOGS"/full-*.out
         ;;
     pproject)
         # project_tests/intree (or the files A), one pytest per file at once
         need_site
         [[ -d $INTREE/tests ]] || { echo "device.sh: run the ptests stage first"; exit 3; }
-        rm -rf $INTREE/tests/paraslstm_project
-        cp -r project_tests/intree $INTREE/tests/paraslstm_project
+        copy_project_tests
         read -r -a files <<<"${PARASLSTM_PROJECT_FILES:-$(cd project_tests/intree && ls test_*.py | tr '\n' ' ')}"
-        pids=()
         for f in "${files[@]}"; do
-            (cd $INTREE && CUDA_VISIBLE_DEVICES=0 PYTHONPATH=$SITE:$INTREE \
-                VLLM_ENABLE_V1_MULTIPROCESSING=0 run_pytest "project-${f%.py}" 560 "tests/paraslstm_project/$f" \
-                >"$LOGS/project-${f%.py}.out") &
-            pids+=($!)
+            intree_bg "project-${f%.py}" "tests/paraslstm_project/$f"
         done
-        for pid in "${pids[@]}"; do wait "$pid" || STATUS=1; done
+        wait_bg
         grep -h -E "^=== |passed|failed|error" "$LOGS"/project-*.out
         ;;
     plugin)
@@ -274,8 +284,7 @@ print('vllm', vllm.__version__, 'torch', torch.__version__, \
     parallel)
         need_site
         [[ -d $INTREE/tests ]] || { echo "device.sh: run the tests stage first"; exit 3; }
-        rm -rf $INTREE/tests/paraslstm_project
-        cp -r project_tests/intree $INTREE/tests/paraslstm_project
+        copy_project_tests
         (cd $INTREE && PYTHONPATH=$SITE:$INTREE run_pytest parallel 400 \
             tests/paraslstm_project/test_paraslstm_parallel.py) || STATUS=1
         ;;
