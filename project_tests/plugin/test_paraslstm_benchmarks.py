@@ -12,6 +12,7 @@ import importlib.util
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -169,10 +170,14 @@ def test_prefix_caching_benchmark_smoke(tmp_path):
 
 
 def _pristine_vllm() -> str:
-    """The pristine v0.32.0 tree (with tests/) that series.py unpacks."""
+    """The pristine tree (with tests/) of the installed vLLM release: the
+    benchmarks import vLLM's test helpers, which follow its own version."""
+    import vllm
+
+    version = re.match(r"\d+\.\d+\.\d+", vllm.__version__).group(0)
     pristine = subprocess.run(
         [sys.executable, str(HERE.parents[1] / "tools/paraslstm/series/series.py")]
-        + ["pristine"],
+        + ["pristine", "--version", version],
         capture_output=True,
         text=True,
         timeout=600,
