@@ -12,13 +12,13 @@ speculate on, built from held-out verses the model did not train on:
   continuation quotes the prompt);
 - `plain`: five verses (nothing to look up but the model's own output).
 
-Each method runs in a subprocess of its own (`off`, `ngram` and
-`ngram_gpu` (GPU) with `--num-spec-tokens` drafts, `suffix` where
-`arctic_inference` imports), at each batch size (`--batch-sizes`; a batch
-holds different prompts of one kind). Reported per row: wall time of
-`LLM.generate` (best of `--repeats` after a warm-up), ms per output token
-(wall time / output tokens of one sequence), output tok/s, the mean
-acceptance length (1 + accepted drafts per verify step, from
+Each method runs in a subprocess of its own (`off`, `ngram` and `ngram_gpu`
+(GPU) with `--num-spec-tokens` drafts, `suffix` where `arctic_inference`
+imports or v0.34's GPU suffix speculator is there), at each batch size
+(`--batch-sizes`; a batch holds different prompts of one kind). Reported per
+row: wall time of `LLM.generate` (best of `--repeats` after a warm-up), ms
+per output token (wall time / output tokens of one sequence), output tok/s,
+the mean acceptance length (1 + accepted drafts per verify step, from
 `vllm:spec_decode_*`), the ratio of time per output token against `off` in
 the same run, and how many sequences have exactly `off`'s tokens. In bf16 a
 verify step's projections round differently from a one-token step's, so
@@ -32,6 +32,7 @@ Usage (vLLM with the series on PYTHONPATH, or the plugin installed):
 
 import argparse
 import hashlib
+import importlib.util
 import json
 import os
 import subprocess
@@ -135,18 +136,29 @@ def run_child(args) -> list[dict]:
     return rows
 
 
+def _has_module(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:
+        return False
+
+
 def methods(args) -> list[str]:
     from vllm.platforms import current_platform
 
     out = ["off", "ngram"]
     if current_platform.is_cuda_alike():
         out.append("ngram_gpu")
-    try:
-        import arctic_inference  # noqa: F401
-
+    if _has_module("arctic_inference") or (
+        # v0.34's V2 runner drafts suffixes on the GPU itself
+        current_platform.is_cuda_alike()
+        and _has_module("vllm.v1.worker.gpu.spec_decode.suffix")
+    ):
         out.append("suffix")
-    except ImportError:
-        print("suffix: arctic_inference is not installed, skipped", file=sys.stderr)
+    else:
+        print(
+            "suffix: needs arctic_inference or vLLM >= 0.34 on a GPU", file=sys.stderr
+        )
     return out if args.methods is None else args.methods.split(",")
 
 

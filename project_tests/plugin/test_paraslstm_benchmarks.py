@@ -12,12 +12,12 @@ import importlib.util
 import json
 import math
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import regex as re
 
 pytestmark = pytest.mark.hybrid_model
 

@@ -135,8 +135,6 @@ def test_device_drafts_and_suffix(vllm_runner, expected, speculative_config) -> 
     """`ngram_gpu` drafts on the device with asynchronous scheduling while
     uniform 1 + K decode batches replay full CUDA graphs; `suffix` drafts
     from a suffix tree of the prompts and outputs."""
-    if speculative_config["method"] == "suffix":
-        pytest.importorskip("arctic_inference")
     eager = not current_platform.is_cuda_alike()
     with vllm_runner(
         MODEL,
