@@ -3,9 +3,10 @@
 """Speculative decoding on ParaSLSTM: time per output token and acceptance,
 speculation on against off, in the vLLM engine (issue 24).
 
-The model is a trained checkpoint (default: the KJV demo model), greedy with
-`ignore_eos`, `--max-tokens` tokens per sequence. Prompts a user would
-speculate on, built from held-out verses the model did not train on:
+The model is a trained checkpoint (default: the KJV demo model), greedy
+(or sampled at `--temperature`) with `ignore_eos`, `--max-tokens` tokens per
+sequence. Prompts a user would speculate on, built from held-out verses the
+model did not train on:
 
 - `repeat`: one verse three times (text that repeats);
 - `quote`: five verses, then the first words of the third again (the
@@ -94,7 +95,7 @@ def run_child(args) -> list[dict]:
         ),
     )
     params = SamplingParams(
-        temperature=0.0, max_tokens=args.max_tokens, ignore_eos=True
+        temperature=args.temperature, max_tokens=args.max_tokens, ignore_eos=True
     )
     llm.generate(prompts("plain", 2), params, use_tqdm=False)  # warm-up
     rows = []
@@ -121,6 +122,7 @@ def run_child(args) -> list[dict]:
                 {
                     "method": args.method,
                     "k": args.num_spec_tokens if args.method != "off" else 0,
+                    "temperature": args.temperature,
                     "kind": kind,
                     "batch": batch,
                     "wall_s": best,
@@ -171,6 +173,12 @@ def main() -> int:
     p.add_argument("--max-model-len", type=int, default=2048)
     p.add_argument("--dtype", default="auto", help="e.g. float32: bit-stable greedy")
     p.add_argument("--num-spec-tokens", type=int, default=4)
+    p.add_argument(
+        "--temperature",
+        type=float,
+        default=0.0,
+        help="above 0 the sequences are samples, not comparable with off's",
+    )
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument(
         "--methods", help="comma-separated (default: off,ngram[,ngram_gpu][,suffix])"
@@ -202,12 +210,13 @@ def main() -> int:
     for r in rows:
         base = off[(r["kind"], r["batch"])]
         acc = r["acceptance_length"]
+        same = sum(a == b for a, b in zip(r["seq_sha"], base["seq_sha"]))
+        same = f"{same}/{len(base['seq_sha'])}"
         print(
             f"| {r['method']} | {r['kind']} | {r['batch']} | {r['ms_per_tok']:.3f} "
             f"| {r['out_tok_s']:.0f} | {'-' if acc is None else f'{acc:.2f}'} "
             f"| {r['ms_per_tok'] / base['ms_per_tok']:.2f}x "
-            f"| {sum(a == b for a, b in zip(r['seq_sha'], base['seq_sha']))}"
-            f"/{len(base['seq_sha'])} |"
+            f"| {same if args.temperature == 0 else '-'} |"
         )
     return 0
 

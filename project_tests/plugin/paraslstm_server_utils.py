@@ -76,9 +76,10 @@ def free_port() -> int:
 
 
 class Server:
-    """`vllm serve MODEL` (float32, eager, seed 0) on a free loopback port,
-    in its own session, logging to `log_path`. `launcher` is the command that
-    stands for `vllm` (default: `VLLM_CLI` with this interpreter)."""
+    """`vllm serve MODEL` (float32, seed 0, eager; CUDA graphs on a GPU) on a
+    free loopback port, in its own session, logging to `log_path`. `launcher`
+    is the command that stands for `vllm` (default: `VLLM_CLI` with this
+    interpreter)."""
 
     def __init__(
         self,
@@ -97,10 +98,13 @@ class Server:
         config = json.loads((model / "config.json").read_text())
         self.vocab_size = config["vocab_size"]
         self.slowest_scrape_s = 0.0
+        from vllm.platforms import current_platform
+
         args = [
             *("serve", self.model),
             *("--host", "127.0.0.1", "--port", str(self.port)),
-            *("--dtype", "float32", "--seed", "0", "--enforce-eager"),
+            *("--dtype", "float32", "--seed", "0"),
+            *(() if current_platform.is_cuda_alike() else ("--enforce-eager",)),
             *("--max-model-len", str(max_model_len)),
             *("--max-num-seqs", str(max_num_seqs)),
             *("--kv-cache-memory-bytes", str(kv_cache_bytes(model))),

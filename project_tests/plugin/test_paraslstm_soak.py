@@ -14,17 +14,19 @@ Issue 43: with speculative decoding on the CPU wheel, one request with
 (vLLM's CPU fallbacks of the rejection sampler; the plugin fixes them,
 `vllm_paraslstm/_cpu_spec_sampling.py`).
 
-One server per mode (`MODES`: plain, and n-gram speculation started with the
-plugin's `vllm-paraslstm serve`, the CPU wheel's serving command) serves the KJV
-demo model `examples/paraslstm-kjv` with a small token budget per step, so
-that long prompts (200-400 tokens of held-out verses) are prefilled in
-chunks. At concurrency 16 it gets a reproducible mix (fixed RNG seed) of
-completions and chat completions, streaming or not, greedy and sampled
-(temperature, top_k, top_p, n > 1), per-request seeds on short and chunked
-prompts, streams the client closes after a few chunks, requests the client
-gives up on (timeouts, some still in prefill) and malformed requests. The
-load is bounded by count and time: no request is sent after the mode's
-`send_budget_s`; those sent must be answered.
+One server per mode (`MODES`: plain, and each speculative method of
+`spec_configs()`: n-gram, on a GPU also suffix with CUDA graphs; where the
+plugin is installed they start with its `vllm-paraslstm serve`, the CPU
+wheel's serving command) serves the KJV demo model `examples/paraslstm-kjv`
+with a small token budget per step, so that long prompts (200-400 tokens of
+held-out verses) are prefilled in chunks. At concurrency 16 it gets a
+reproducible mix (fixed RNG seed) of completions and chat completions,
+streaming or not, greedy and sampled (temperature, top_k, top_p, n > 1),
+per-request seeds on short and chunked prompts, streams the client closes
+after a few chunks, requests the client gives up on (timeouts, some still in
+prefill) and malformed requests. The load is bounded by count and time: no
+request is sent after the mode's `send_budget_s`; those sent must be
+answered.
 
 Checked: no 5xx or dropped connection and the server alive; every completed
 response well-formed; each malformed request gets its 4xx; the engine idle
@@ -44,6 +46,7 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
+import importlib.util
 import json
 import math
 import random
@@ -66,6 +69,7 @@ from project_tests.plugin.paraslstm_server_utils import (
     serve,
     wait_metrics,
 )
+from project_tests.plugin.paraslstm_spec_utils import spec_configs
 
 pytestmark = pytest.mark.hybrid_model
 
@@ -78,12 +82,6 @@ CONCURRENCY = 16
 RNG_SEED = 26
 LONG_PROMPT_TOKENS = (200, 400)
 IDLE_TIMEOUT_S = 60.0
-SPEC_CONFIG = {
-    "method": "ngram",
-    "num_speculative_tokens": 4,
-    "prompt_lookup_max": 4,
-    "prompt_lookup_min": 2,
-}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,7 +95,10 @@ class Mode:
 # The plain load took 20 s on an idle 2-vCPU VM, 82 s on a busy one.
 MODES = [
     Mode("plain", num_requests=400, send_budget_s=150.0),
-    Mode("ngram", num_requests=160, send_budget_s=90.0, speculative_config=SPEC_CONFIG),
+    *(
+        Mode(p.id, num_requests=160, send_budget_s=90.0, speculative_config=p.values[0])
+        for p in spec_configs()
+    ),
 ]
 FINISH_REASONS = {"stop", "length"}
 
@@ -590,7 +591,9 @@ def server(kjv, mode, request):
     launcher = None
     if mode.speculative_config:
         extra_args += ["--speculative-config", json.dumps(mode.speculative_config)]
-        launcher = [str(Path(sys.executable).with_name("vllm-paraslstm"))]
+        if importlib.util.find_spec("vllm_paraslstm"):
+            # the plugin's console script, which the README gives CPU users
+            launcher = [str(Path(sys.executable).with_name("vllm-paraslstm"))]
     with serve(
         request,
         kjv,

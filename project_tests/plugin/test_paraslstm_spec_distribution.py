@@ -11,14 +11,15 @@ positions were sampled from garbage parameters (issue 43).
 
 The tiny random ParaSLSTM (`examples/paraslstm-tiny`, 512 tokens) continues
 one prompt `NUM_SAMPLES` times, `MAX_TOKENS` tokens each, without and with
-speculation; the prompt repeats the model's own greedy continuation, so
-drafts are proposed at every step and accepted at every draft position.
-For each sampling case and each position, a chi-square test of homogeneity
-compares the two token counts (tokens seen fewer than `MIN_CELL` times in
-both runs together share one cell; the p-value from the Wilson-Hilferty
-approximation). All `len(CASES) * MAX_TOKENS` tests together have a
-false-alarm rate of at most `ALPHA` (Bonferroni); the engines' seeds are
-fixed, so the outcome is reproducible.
+speculation (each method of `spec_configs()`: `ngram`, and on a GPU also
+`suffix`, with CUDA graphs); the prompt repeats the model's own greedy
+continuation, so drafts are proposed at every step and accepted at every
+draft position. For each method, sampling case and position, a chi-square
+test of homogeneity compares the two token counts (tokens seen fewer than
+`MIN_CELL` times in both runs together share one cell; the p-value from the
+Wilson-Hilferty approximation). All these tests together have a false-alarm
+rate of at most `ALPHA` (Bonferroni); the engines' seeds are fixed, so the
+outcome is reproducible.
 """
 
 import collections
@@ -28,18 +29,13 @@ from pathlib import Path
 import pytest
 
 from project_tests.plugin.paraslstm_server_utils import repo_file
+from project_tests.plugin.paraslstm_spec_utils import EAGER, spec_configs
 from vllm import LLM, SamplingParams
 from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
 
 pytestmark = pytest.mark.hybrid_model
 
 TINY = Path("examples") / "paraslstm-tiny"
-SPEC_CONFIG = {
-    "method": "ngram",
-    "num_speculative_tokens": 4,
-    "prompt_lookup_max": 4,
-    "prompt_lookup_min": 2,
-}
 PROMPT = [11, 42, 7, 99, 250]
 GREEDY_TOKENS = 12
 NUM_SAMPLES = 2000
@@ -59,7 +55,7 @@ def _engine(**kwargs) -> LLM:
         return LLM(
             model=str(repo_file(TINY / "config.json").parent),
             skip_tokenizer_init=True,
-            enforce_eager=True,
+            enforce_eager=EAGER,
             dtype="float32",
             max_model_len=128,
             max_num_seqs=256,
@@ -87,7 +83,8 @@ def _counts(llm: LLM, prompt: list[int]) -> dict[str, list[collections.Counter]]
 
 
 @pytest.fixture(scope="module")
-def samples() -> dict:
+def plain() -> tuple[list[int], dict]:
+    """The prompt and its token counts without speculation."""
     llm = _engine()
     try:
         greedy = (
@@ -103,11 +100,16 @@ def samples() -> dict:
         )
         continuation = list(greedy)
         prompt = PROMPT + continuation + PROMPT + continuation[:1]
-        plain = _counts(llm, prompt)
+        return prompt, _counts(llm, prompt)
     finally:
         del llm
         cleanup_dist_env_and_memory()
-    llm = _engine(speculative_config=SPEC_CONFIG)
+
+
+@pytest.fixture(scope="module", params=spec_configs())
+def samples(request, plain) -> dict:
+    prompt, plain_counts = plain
+    llm = _engine(speculative_config=request.param)
     try:
         spec = _counts(llm, prompt)
         metrics = {m.name: m for m in llm.get_metrics()}
@@ -115,7 +117,12 @@ def samples() -> dict:
     finally:
         del llm
         cleanup_dist_env_and_memory()
-    return {"plain": plain, "spec": spec, "accepted_per_pos": per_pos}
+    return {
+        "plain": plain_counts,
+        "spec": spec,
+        "accepted_per_pos": per_pos,
+        "num_speculative_tokens": request.param["num_speculative_tokens"],
+    }
 
 
 def chi_square_homogeneity(a: collections.Counter, b: collections.Counter):
@@ -151,7 +158,7 @@ def test_chi_square_homogeneity_detects_a_shift():
 
 
 def test_drafts_accepted_at_every_position(samples):
-    assert len(samples["accepted_per_pos"]) == SPEC_CONFIG["num_speculative_tokens"]
+    assert len(samples["accepted_per_pos"]) == samples["num_speculative_tokens"]
     assert min(samples["accepted_per_pos"]) >= MIN_ACCEPTED_PER_POS, samples[
         "accepted_per_pos"
     ]
@@ -159,7 +166,7 @@ def test_drafts_accepted_at_every_position(samples):
 
 @pytest.mark.parametrize("case", CASES)
 def test_distribution_with_speculation_equals_without(samples, case):
-    alpha = ALPHA / (len(CASES) * MAX_TOKENS)
+    alpha = ALPHA / (len(spec_configs()) * len(CASES) * MAX_TOKENS)
     lines, worst = [], 1.0
     for pos in range(MAX_TOKENS):
         plain, spec = samples["plain"][case][pos], samples["spec"][case][pos]

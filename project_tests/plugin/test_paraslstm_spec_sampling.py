@@ -9,8 +9,10 @@ ran the top-k filter on an empty tensor: one `top_k` request killed the
 engine, and top-p requests sampled outside their nucleus. The plugin fixes
 both (`vllm_paraslstm/_cpu_spec_sampling.py`).
 
-One in-process engine serves the KJV demo model with n-gram speculation and
-held-out verses (KJV repeats itself, so drafts are proposed and accepted):
+One in-process engine for each method of `spec_configs()` (`ngram`; on a GPU
+also `suffix`, with CUDA graphs and the Triton rejection sampler) serves the
+KJV demo model and held-out verses (KJV repeats itself, so drafts are
+proposed and accepted):
 
 - sampling parameters that leave one choice (`top_k=1`, `top_p=1e-6`) at
   temperature 0.8 give the greedy tokens;
@@ -33,20 +35,16 @@ import torch
 from tokenizers import Tokenizer
 
 from project_tests.plugin.paraslstm_server_utils import repo_file
+from project_tests.plugin.paraslstm_spec_utils import EAGER, spec_configs
 from vllm import LLM, SamplingParams
 from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
+from vllm.platforms import current_platform
 from vllm.plugins import load_general_plugins
 
 pytestmark = pytest.mark.hybrid_model
 
 KJV = Path("examples") / "paraslstm-kjv"
 HELDOUT = Path(__file__).with_name("paraslstm_kjv_heldout.txt")
-SPEC_CONFIG = {
-    "method": "ngram",
-    "num_speculative_tokens": 4,
-    "prompt_lookup_max": 4,
-    "prompt_lookup_min": 2,
-}
 NUM_PROMPTS = 6
 PROMPT_VERSES = 2
 MAX_TOKENS = 32
@@ -69,15 +67,16 @@ def prompts() -> list[dict]:
     ]
 
 
-@pytest.fixture(scope="module")
-def llm():
+@pytest.fixture(scope="module", params=spec_configs())
+def llm(request):
+    _ENGINE_ERROR.clear()
     model = repo_file(KJV / "config.json").parent
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         engine = LLM(
             model=str(model),
             skip_tokenizer_init=True,
-            enforce_eager=True,
+            enforce_eager=EAGER,
             dtype="float32",
             max_model_len=512,
             max_num_seqs=16,
@@ -85,7 +84,7 @@ def llm():
             kv_cache_memory_bytes=64 * 2**20,
             seed=0,
             disable_log_stats=False,
-            speculative_config=SPEC_CONFIG,
+            speculative_config=request.param,
         )
     yield engine
     del engine
@@ -218,6 +217,7 @@ def test_seeded_requests_repeat(llm, prompts, drafts_accepted):
     assert len({tuple(c[0]) for c in alone}) == len(prompts)
 
 
+@pytest.mark.skipif(not current_platform.is_cpu(), reason="the CPU fallback")
 def test_cpu_expand_fallback_writes_its_output():
     import vllm._custom_ops  # noqa: F401  (the CPU ops)
     from vllm.utils import cpu_triton_utils

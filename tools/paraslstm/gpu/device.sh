@@ -23,6 +23,9 @@
 #             tests/, all at once on GPU 0
 #   pproject  project_tests/intree (or the files $PARASLSTM_PROJECT_FILES),
 #             one pytest per file, all at once (after ptests)
+#   pplugin   project_tests/plugin files (default: the sampled-speculation
+#             checks; or the files $PARASLSTM_PLUGIN_FILES) against the
+#             patched vLLM, one pytest per file, all at once (after b)
 #   plugin    the plugin (pip install .) on the pack's pristine vLLM: the
 #             smoke test and the KJV model's generation
 #   parallel  the tensor/pipeline-parallel tests (two GPUs)
@@ -257,6 +260,21 @@ print('vllm', vllm.__version__, 'torch', torch.__version__, \
         done
         wait_bg
         grep -h -E "^=== |passed|failed|error" "$LOGS"/project-*.out
+        ;;
+    pplugin)
+        # project_tests/plugin files ($PARASLSTM_PLUGIN_FILES, default the
+        # sampled-speculation checks) against the patched vLLM, one pytest
+        # per file, all at once on GPU 0
+        need_site
+        install_pack_wheels
+        read -r -a files <<<"${PARASLSTM_PLUGIN_FILES:-test_paraslstm_spec_distribution.py test_paraslstm_spec_sampling.py test_paraslstm_soak.py}"
+        for f in "${files[@]}"; do
+            (CUDA_VISIBLE_DEVICES=0 run_pytest "plugin-${f%.py}" 560 \
+                "project_tests/plugin/$f" >"$LOGS/plugin-${f%.py}.out") &
+            pids+=($!)
+        done
+        wait_bg
+        grep -h -E "^=== |passed|failed|error" "$LOGS"/plugin-*.out
         ;;
     plugin)
         # The plugin on the pristine vLLM of the pack: install it into a venv
