@@ -24,6 +24,7 @@ the pristine tree of `series.py pristine`):
 """
 
 import argparse
+import dataclasses
 import json
 import random
 import sys
@@ -50,7 +51,12 @@ def write_model_config(model_dir: str, max_len: int = 2048) -> None:
 
 
 def recurrent_scheduler(
-    model_dir: str, max_num_seqs: int, block: int, width: int, budget: int = 8192
+    model_dir: str,
+    max_num_seqs: int,
+    block: int,
+    width: int,
+    budget: int = 8192,
+    async_scheduling: bool = False,
 ):
     """The scheduler of a model with one (4, width) fp32 state per sequence."""
     import torch
@@ -66,6 +72,7 @@ def recurrent_scheduler(
         num_blocks=max_num_seqs + 1,
         block_size=block,
         max_model_len=block,
+        async_scheduling=async_scheduling,
         kv_cache_spec=MambaSpec(
             block_size=block, shapes=((4, width),), dtypes=(torch.float32,)
         ),
@@ -77,27 +84,27 @@ def finish_step(scheduler, out, sampled: list[list[int]]) -> None:
     from vllm.v1.outputs import ModelRunnerOutput
 
     ids = list(out.num_scheduled_tokens)
+    extra = {}
+    if "req_id_to_index" in {f.name for f in dataclasses.fields(ModelRunnerOutput)}:
+        extra["req_id_to_index"] = {r: i for i, r in enumerate(ids)}  # < 0.34
     scheduler.update_from_output(
-        out,
-        ModelRunnerOutput(
-            req_ids=ids,
-            req_id_to_index={r: i for i, r in enumerate(ids)},
-            sampled_token_ids=sampled,
-            logprobs=None,
-            prompt_logprobs_dict={},
-            pooler_output=[],
-        ),
+        out, ModelRunnerOutput(req_ids=ids, sampled_token_ids=sampled, **extra)
     )
 
 
-def engine_core_ms(batch: int, steps: int, model_dir: str) -> float:
+def engine_core_ms(
+    batch: int, steps: int, model_dir: str, profile: int = 0, async_: bool = True
+) -> float:
     from tests.v1.core.utils import create_requests
 
     block = 2048
-    scheduler = recurrent_scheduler(model_dir, batch, block, 4096)
+    scheduler = recurrent_scheduler(
+        model_dir, batch, block, 4096, async_scheduling=async_
+    )
     for r in create_requests(
         num_requests=batch, num_tokens=8, max_tokens=block - 8, block_size=block
     ):
+        r._block_hasher = None  # as the engine core without prefix caching
         scheduler.add_request(r)
 
     def step() -> int:
@@ -111,7 +118,34 @@ def engine_core_ms(batch: int, steps: int, model_dir: str) -> float:
     start = time.perf_counter()
     for _ in range(steps):
         step()
-    return 1e3 * (time.perf_counter() - start) / steps
+    ms = 1e3 * (time.perf_counter() - start) / steps
+    if profile:
+        print_profile(step, steps, batch, profile)
+    return ms
+
+
+def print_profile(step, steps: int, batch: int, top: int) -> None:
+    """Profile of `steps` more steps (cProfile): each function's own and
+    cumulative time in µs per sequence per step (profiling inflates both)."""
+    import cProfile
+    import pstats
+
+    profiler = cProfile.Profile()
+    profiler.runcall(lambda: [step() for _ in range(steps)])
+    stats = pstats.Stats(profiler).stats
+    per_seq = 1e6 / (steps * batch)
+    rows = sorted(stats.items(), key=lambda kv: -kv[1][3])
+    total = max(v[3] for _, v in rows)
+    print(f"\nengine core at {batch} sequences, profiled ({total * per_seq:.2f} µs")
+    print("per sequence per step in all):\n")
+    print("| function | calls per sequence per step | own µs | cumulative µs |")
+    print("|---|---|---|---|")
+    for (path, line, name), (_, calls, own, cum, _) in rows[:top]:
+        where = f"{Path(path).name}:{line}({name})" if line else name
+        print(
+            f"| `{where}` | {calls / (steps * batch):.2f} | {own * per_seq:.2f} "
+            f"| {cum * per_seq:.2f} |"
+        )
 
 
 def front_end_ms(batch: int, steps: int, stream_interval: int) -> float:
@@ -172,13 +206,27 @@ def main() -> int:
     p.add_argument("--stream-intervals", default="1,8")
     p.add_argument("--steps", type=int, default=64)
     p.add_argument("--json", help="results, one line per measurement")
+    p.add_argument(
+        "--sync-scheduling",
+        action="store_true",
+        help="the synchronous scheduler (default: the asynchronous one, as served)",
+    )
+    p.add_argument(
+        "--profile",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also print the N costliest functions of the engine-core loop",
+    )
     args = p.parse_args()
     sys.path.append(args.vllm_tests)
     rows = []
     with tempfile.TemporaryDirectory() as model_dir:
         write_model_config(model_dir)
         for batch in (int(b) for b in args.batch_sizes.split(",")):
-            ms = engine_core_ms(batch, args.steps, model_dir)
+            ms = engine_core_ms(
+                batch, args.steps, model_dir, args.profile, not args.sync_scheduling
+            )
             rows.append({"loop": "engine core", "batch": batch, "ms_per_step": ms})
             for si in (int(s) for s in args.stream_intervals.split(",")):
                 ms = front_end_ms(batch, args.steps, si)

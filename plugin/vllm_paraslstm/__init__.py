@@ -39,6 +39,7 @@ EDITED_MODULES = (
     "vllm.v1.worker.gpu_model_runner",
     # vLLM's (compat/fix-*): an in-process CPU engine after numba was loaded.
     "vllm.triton_utils.dispatcher",
+    # Not carried: 7-perf-core's KV cache manager shortcut (speed only).
 )
 
 __all__ = ["register", "series_merged"]

@@ -25,7 +25,8 @@ WORK="$ROOT/.cache/testdiff"
 
 # Test entry <TAB> the modified upstream file(s) it covers.
 ENTRIES_TSV="\
-tests/v1/core	v1/core/sched/scheduler.py (the bugfix PR's draft padding)
+tests/v1/core	v1/core/sched/scheduler.py (the bugfix PR's draft padding), kv_cache_manager.py and single_type_kv_cache_manager.py (the perf PR's fixed blocks)
+tests/v1/engine	v1/core/kv_cache_manager.py through the engine core (the perf PR)
 tests/v1/worker	v1/worker/gpu/model_states/mamba_hybrid.py, mamba_utils.py copy funcs, warm-up
 tests/v1/attention	v1/attention/backend.py, backends/{gdn,mamba2,short_conv}_attn.py, registry.py
 tests/test_attention_backend_registry.py	v1/attention/backends/registry.py (MambaAttentionBackendEnum)
