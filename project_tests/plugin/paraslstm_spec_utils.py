@@ -5,6 +5,13 @@
 `ngram` everywhere; on a GPU with v0.34's V2 runner also `suffix` (the
 runner's own GPU speculator), both with CUDA graphs there (`EAGER` is False
 on CUDA) and the Triton rejection sampler.
+
+`suffix` runs without its corpus of finished responses
+(`suffix_decoding_max_cached_requests=0`): with it, a request's drafts depend
+on what ran before, and so do the tokens a seed samples (rejection sampling
+verifies the drafts it is given), which the seeded checks would take for a
+reproducibility bug. Drafts from the request's own history still verify on the
+ParaSLSTM state the same way.
 """
 
 import importlib.util
@@ -19,7 +26,11 @@ NGRAM = {
     "prompt_lookup_max": 4,
     "prompt_lookup_min": 2,
 }
-SUFFIX = {"method": "suffix", "num_speculative_tokens": 4}
+SUFFIX = {
+    "method": "suffix",
+    "num_speculative_tokens": 4,
+    "suffix_decoding_max_cached_requests": 0,
+}
 EAGER = not current_platform.is_cuda_alike()
 
 
