@@ -22,7 +22,7 @@
 #   ptests    the whole stack's tests (series.py tests) in the patched
 #             tests/, all at once on GPU 0
 #   pproject  project_tests/intree (or the files $PARASLSTM_PROJECT_FILES),
-#             one pytest per file, all at once (after ptests)
+#             one pytest per file, all at once (after b)
 #   pplugin   project_tests/plugin files (default: the sampled-speculation
 #             checks; or the files $PARASLSTM_PLUGIN_FILES) against the
 #             patched vLLM, one pytest per file, all at once (after b)
@@ -250,9 +250,10 @@ print('vllm', vllm.__version__, 'torch', torch.__version__, \
         grep -h -E "^=== |passed|failed|error" "$LOGS"/full-*.out
         ;;
     pproject)
-        # project_tests/intree (or the files A), one pytest per file at once
+        # project_tests/intree (or the files A), one pytest per file at once,
+        # in the patched tests/ of ptests (prepared here when ptests did not run)
         need_site
-        [[ -d $INTREE/tests ]] || { echo "device.sh: run the ptests stage first"; exit 3; }
+        [[ -d $INTREE/tests ]] || prepare_stack_tests
         copy_project_tests
         read -r -a files <<<"${PARASLSTM_PROJECT_FILES:-$(cd project_tests/intree && ls test_*.py | tr '\n' ' ')}"
         for f in "${files[@]}"; do
