@@ -26,6 +26,8 @@
 #   pplugin   project_tests/plugin files (default: the sampled-speculation
 #             checks; or the files $PARASLSTM_PLUGIN_FILES) against the
 #             patched vLLM, one pytest per file, all at once (after b)
+#   series F  the stack up to PR folder F (or `all`) in $SITE instead of
+#             the whole stack (the tarballs of .gpuvllm/s in .gpuvllm/b)
 #   plugin    the plugin (pip install .) on the pack's pristine vLLM: the
 #             smoke test and the KJV model's generation
 #   parallel  the tensor/pipeline-parallel tests (two GPUs)
@@ -42,7 +44,8 @@
 #             matplotlib is), each server's log (its 10 s stats lines) and
 #             nvidia-smi dmon's GPU utilization (dmon-serving-S.log) and top's
 #             per-process CPU (top-serving-S.log); no run
-#             starts after 480 s
+#             starts after 480 s; PARASLSTM_PYSPY="DELAY SECONDS" also
+#             samples the engine core with py-spy (pyspy-serving-S.txt)
 #   prefix "ARGS"  benchmarks/paraslstm/benchmark_prefix_caching.py ARGS
 #   specbench "ARGS"  benchmarks/paraslstm/benchmark_spec_decode.py ARGS
 #             (speculation on against off on the KJV model)
@@ -196,6 +199,16 @@ print('vllm', vllm.__version__, 'torch', torch.__version__, \
 'triton', triton.__version__, 'gpus', torch.cuda.device_count())" || exit 3
         touch $SITE/.b_ok
         nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv
+        ;;
+    series)
+        # $SITE's vLLM with the stack up to folder $1 (`all`: the whole
+        # stack), e.g. a model served without a later PR; needs b
+        need_site
+        tarball="$CARRY/b/paraslstm_series-$1.tar"
+        [[ $1 == all ]] && tarball="$CARRY/b/paraslstm_series.tar"
+        python3 tools/paraslstm/gpu/install_series.py $SITE "$tarball" || exit 3
+        note "series: $SITE has the stack up to $1"
+        shift
         ;;
     tests)
         # The whole stack's tests (series.py tests) in the patched tests/,
@@ -362,6 +375,23 @@ print('vllm', vllm.__version__, 'torch', torch.__version__, \
         timeout 600 top -b -c -w 200 -d 5 2>&1 | awk '/^top -/{n=0} n++<24 {print; fflush()}' \
             >"$LOGS/top-serving-$1.log" &
         topp=$!
+        # PARASLSTM_PYSPY="DELAY SECONDS": py-spy samples of the engine core
+        # (with one GPU the model runner's Python runs in it too) from DELAY s
+        # after the stage starts, for SECONDS s
+        if [[ -n ${PARASLSTM_PYSPY:-} ]]; then
+            read -r delay secs <<<"$PARASLSTM_PYSPY"
+            (sleep "$delay"
+             # the engine core is the server's one process on the GPU
+             pid=$(nvidia-smi --query-compute-apps=pid --format=csv,noheader | head -n 1)
+             spy=$(find $SITE -path '*bin/py-spy' -type f | head -n 1)
+             if [[ -n $pid && -n $spy ]]; then
+                 chmod +x "$spy"
+                 "$spy" record --pid "$pid" --duration "$secs" --rate 200 \
+                     --nonblocking --format raw --output "$LOGS/pyspy-serving-$1.txt"
+             else
+                 echo "pyspy: engine core '$pid', py-spy '$spy'"
+             fi) >"$LOGS/pyspy-serving-$1.log" 2>&1 &
+        fi
         timeout 590 python3 benchmarks/paraslstm/benchmark_serving.py --suite "$1" \
             --server-log-dir "$LOGS" --stop-after 480 "${extra[@]}" \
             --json "$LOGS/serving-$1.jsonl" "${plot[@]}" \
