@@ -128,11 +128,15 @@ def pristine(version: str = BASE) -> Path:
     (unpack / f"vllm-{version}").rename(repo)
     shutil.rmtree(unpack)
     git(repo, "init", "-q", "-b", "pristine")
+    # No background auto-gc: it packs and deletes the loose objects of the
+    # commit below while a clone copies them.
+    git(repo, "config", "gc.auto", "0")
     # -f: the sdist's own .gitignore would drop files it ships (e.g. *_hip*).
     git(repo, "add", "-A", "-f")
     dates = {"GIT_AUTHOR_DATE": PRISTINE_DATE, "GIT_COMMITTER_DATE": PRISTINE_DATE}
     git(repo, "commit", "-q", "-m", f"vLLM v{version}", **dates)
     git(repo, "tag", f"v{version}")
+    git(repo, "repack", "-a", "-d", "-q")
     return repo
 
 
