@@ -49,6 +49,7 @@ import argparse
 import json
 import math
 import os
+import platform
 import shutil
 import signal
 import socket
@@ -361,6 +362,7 @@ def _serve_runs(
                 else rate * args.seconds_per_rate
             )
             num = max(args.min_prompts, int(many))
+            started = _clock()
             res = bench(
                 server, model, work, f"{workload}-r{spec}", args,
                 max_concurrency=cap, rate=rate, num_prompts=num,
@@ -369,19 +371,39 @@ def _serve_runs(
             record(
                 workload, rate, res, **_server_fields(args),
                 max_concurrency=cap, num_prompts=num,
+                started=started, ended=_clock(),
             )  # fmt: skip
     if args.long_prompts > 0 and time.monotonic() <= args.stop_at:
+        started = _clock()
         res = bench(
             server, model, work, "long", args,
             rate=args.long_rate, num_prompts=args.long_prompts,
             **loads["long"],
         )  # fmt: skip
-        record("long", args.long_rate, res, **_server_fields(args))
+        record(
+            "long", args.long_rate, res, **_server_fields(args),
+            started=started, ended=_clock(),
+        )  # fmt: skip
+
+
+def _clock() -> str:
+    # local wall time as `nvidia-smi dmon -o DT` prints it, to find a run's
+    # seconds in the GPU's log
+    return time.strftime("%Y%m%d %H:%M:%S")
+
+
+def _host_cpu() -> str:
+    info = Path("/proc/cpuinfo")
+    for line in info.read_text().splitlines() if info.exists() else []:
+        if line.startswith("model name"):
+            return f"{line.split(':', 1)[1].strip()} ({os.cpu_count()} cores)"
+    return platform.processor() or "unknown"
 
 
 def _server_fields(args) -> dict:
     return {
         "max_num_seqs": args.max_num_seqs,
+        "host_cpu": _host_cpu(),
         "api_servers": args.api_servers,
         "stream_interval": args.stream_interval,
     }

@@ -369,7 +369,7 @@ print('vllm', vllm.__version__, 'torch', torch.__version__, \
         plot=()  # without matplotlib there: --replot the jsonl elsewhere
         python3 -c "import matplotlib" 2>/dev/null && plot=(--plot "$LOGS/serving-$1.png")
         # GPU utilization a second, beside the rows' front-end and engine CPU
-        nvidia-smi dmon -s u -d 1 >"$LOGS/dmon-serving-$1.log" 2>&1 &
+        nvidia-smi dmon -s u -d 1 -o DT >"$LOGS/dmon-serving-$1.log" 2>&1 &
         dmon=$!
         # and each process's CPU every 5 s (API servers, engine core, client)
         timeout 600 top -b -c -w 200 -d 5 2>&1 | awk '/^top -/{n=0} n++<24 {print; fflush()}' \
