@@ -56,6 +56,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -327,6 +328,12 @@ def run_model(name: str, config: dict, args, out) -> list[dict]:
                 "--compilation-config",
                 json.dumps({"cudagraph_capture_sizes": sizes}),
             ]
+        if args.profile_dir:
+            # the engine's torch profiler, started by _profile_later
+            prof = {"profiler": "torch", "ignore_frontend": True}
+            prof["torch_profiler_dir"] = str(Path(args.profile_dir).resolve() / name)
+            prof["torch_profiler_with_stack"] = False
+            extra += ["--profiler-config", json.dumps(prof)]
         extra += json.loads(args.serve_args)
         try:
             with Server(model, work / "server.log", extra) as server:
@@ -346,6 +353,7 @@ def _serve_runs(
     loads = WORKLOADS["tiny" if args.suite == "tiny" else "full"]
     warmup = loads[args.workloads[0]]
     bench(server, model, work, "warmup", args, rate=4, num_prompts=4, **warmup)
+    profile = bool(args.profile_dir)
     for workload in args.workloads:
         for spec in args.rates:
             if time.monotonic() > args.stop_at:
@@ -363,6 +371,8 @@ def _serve_runs(
             )
             num = max(args.min_prompts, int(many))
             started = _clock()
+            timer = _profile_later(server, args) if profile else None
+            profile = False  # the first run only
             res = bench(
                 server, model, work, f"{workload}-r{spec}", args,
                 max_concurrency=cap, rate=rate, num_prompts=num,
@@ -371,8 +381,11 @@ def _serve_runs(
             record(
                 workload, rate, res, **_server_fields(args),
                 max_concurrency=cap, num_prompts=num,
-                started=started, ended=_clock(),
+                started=started, ended=_clock(), profiled=timer is not None,
             )  # fmt: skip
+            if timer is not None:
+                timer.cancel()
+                _post(server.url + "/stop_profile")
     if args.long_prompts > 0 and time.monotonic() <= args.stop_at:
         started = _clock()
         res = bench(
@@ -384,6 +397,28 @@ def _serve_runs(
             "long", args.long_rate, res, **_server_fields(args),
             started=started, ended=_clock(),
         )  # fmt: skip
+
+
+def _profile_later(server: Server, args) -> threading.Timer:
+    """Profile --profile-steps engine steps from --profile-after seconds into
+    the run: vLLM writes the trace and its kernel table (`*.profiler_out.txt`)
+    when they end."""
+    body = {"max_iterations": args.profile_steps}
+    timer = threading.Timer(
+        args.profile_after, _post, (server.url + "/start_profile", body)
+    )
+    timer.start()
+    return timer
+
+
+def _post(url: str, body: dict | None = None) -> None:
+    req = urllib.request.Request(
+        url,
+        data=json.dumps(body or {}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=600) as r:
+        r.read()
 
 
 def _clock() -> str:
@@ -581,6 +616,12 @@ def main() -> int:
         help="seconds: start no run after this much wall time",
     )
     p.add_argument("--server-log-dir", help="keep each model's server log here")
+    p.add_argument(
+        "--profile-dir",
+        help="the engine's torch profile of each model's first run, in DIR/MODEL",
+    )
+    p.add_argument("--profile-after", type=float, default=40.0, help="seconds")
+    p.add_argument("--profile-steps", type=int, default=20, help="engine steps")
     p.add_argument("--json", help="results, one line per run")
     p.add_argument("--plot", help="PNG: p99 TTFT against output tok/s")
     p.add_argument(

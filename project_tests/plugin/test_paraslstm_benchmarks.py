@@ -56,10 +56,16 @@ def test_serving_benchmark_smoke(tmp_path):
         json.dumps(["--enforce-eager", "--kv-cache-memory-bytes", str(64 * 2**20)]),
         *("--api-servers", "2", "--stream-interval", "2"),
         *("--json", str(out), "--server-log-dir", str(tmp_path)),
+        *("--profile-dir", str(tmp_path / "prof"), "--profile-after", "0.5"),
+        *("--profile-steps", "3"),
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
     rows = [json.loads(line) for line in out.read_text().splitlines()]
+    # the engine's profile of the first run: its op table names our mixer
+    assert [r["profiled"] for r in rows[:-1]] == [True] + [False] * 5
+    (table,) = (tmp_path / "prof" / "paraslstm-d64-L2").glob("*.profiler_out.txt")
+    assert "vllm::paraslstm_mixer" in table.read_text()
     assert [(r["workload"], r["rate"], r.get("max_concurrency")) for r in rows] == [
         ("sweep", 2.0, None),
         ("sweep", math.inf, None),

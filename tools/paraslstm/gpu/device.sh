@@ -45,7 +45,9 @@
 #             nvidia-smi dmon's GPU utilization (dmon-serving-S.log) and top's
 #             per-process CPU (top-serving-S.log); no run
 #             starts after 480 s; PARASLSTM_PYSPY="DELAY SECONDS" also
-#             samples the engine core with py-spy (pyspy-serving-S.txt)
+#             samples the engine core with py-spy (pyspy-serving-S.txt);
+#             ARGS `--profile-dir $OUT/prof` has the engine's torch profiler
+#             record steps of each model's first run (its kernel table)
 #   prefix "ARGS"  benchmarks/paraslstm/benchmark_prefix_caching.py ARGS
 #   specbench "ARGS"  benchmarks/paraslstm/benchmark_spec_decode.py ARGS
 #             (speculation on against off on the KJV model)

@@ -5,8 +5,10 @@
 Reads the serve stage's `nvidia-smi dmon -s u -o DT` log and its jsonl rows
 (whose `started`/`ended` fields are in dmon's local time format) and prints,
 per row, SM% in 5-s means over the run and the mean over its decode phase:
-the run less its first `--head` seconds (the first batch's prefill) and its
-last `--tail` fraction (the batch draining below max-num-seqs).
+from `--head` seconds after the GPU's first busy stretch (5 s at SM >= 50%:
+the client has sent its requests; the head covers the first batch's prefill)
+to the last `--tail` fraction of the run (the batch draining below
+max-num-seqs).
 
     python3 tools/paraslstm/gpu/dmon_window.py dmon-serving-7b.log serving-7b.jsonl
 """
@@ -38,7 +40,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("dmon")
     p.add_argument("jsonl")
-    p.add_argument("--head", type=float, default=15.0)
+    p.add_argument("--head", type=float, default=10.0)
     p.add_argument("--tail", type=float, default=0.3)
     args = p.parse_args()
     sm = read_dmon(args.dmon)
@@ -52,7 +54,15 @@ def main() -> None:
         t1 = datetime.strptime(row["ended"], FMT)
         run = [(t, v) for t, v in sm if t0 <= t <= t1]
         span = (t1 - t0).total_seconds()
-        lo, hi = args.head, span * (1 - args.tail)
+        busy = next(
+            (
+                (run[i][0] - t0).total_seconds()
+                for i in range(len(run))
+                if all(v >= 50 for _, v in run[i : i + 5])
+            ),
+            0.0,
+        )
+        lo, hi = busy + args.head, span * (1 - args.tail)
         decode = [v for t, v in run if lo <= (t - t0).total_seconds() <= hi]
         means = [
             round(statistics.mean(v for _, v in run[i : i + 5]))
