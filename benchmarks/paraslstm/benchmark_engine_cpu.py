@@ -282,13 +282,19 @@ def worker(args: argparse.Namespace) -> None:
 # --------------------------------------------------------------------------
 
 
-def machine() -> str:
-    cpu = platform.processor() or "?"
+def cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "?"
+
+
+def machine() -> str:
+    cpu = cpu_model()
+    try:
         flags = Path("/proc/cpuinfo").read_text()
         isa = "AVX-512" if " avx512f" in flags else "AVX2" if " avx2" in flags else ""
     except OSError:

@@ -49,7 +49,6 @@ import argparse
 import json
 import math
 import os
-import platform
 import shutil
 import signal
 import socket
@@ -62,6 +61,7 @@ import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchmark_engine_cpu import cpu_model  # noqa: E402
 from benchmark_engine_gpu import mamba1, mamba2, paraslstm  # noqa: E402
 from synthetic_tokenizer import write_tokenizer  # noqa: E402
 
@@ -427,18 +427,10 @@ def _clock() -> str:
     return time.strftime("%Y%m%d %H:%M:%S")
 
 
-def _host_cpu() -> str:
-    info = Path("/proc/cpuinfo")
-    for line in info.read_text().splitlines() if info.exists() else []:
-        if line.startswith("model name"):
-            return f"{line.split(':', 1)[1].strip()} ({os.cpu_count()} cores)"
-    return platform.processor() or "unknown"
-
-
 def _server_fields(args) -> dict:
     return {
         "max_num_seqs": args.max_num_seqs,
-        "host_cpu": _host_cpu(),
+        "host_cpu": f"{cpu_model()} ({os.cpu_count()} cores)",
         "api_servers": args.api_servers,
         "stream_interval": args.stream_interval,
     }
