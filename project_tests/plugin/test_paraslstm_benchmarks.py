@@ -292,3 +292,31 @@ def test_synthetic_tokenizer_streams_every_id(tmp_path, vocab_size):
     assert all(steps)
     with pytest.raises(ValueError, match="vocab_size must be at least 258"):
         synth.tokenizer_json(100)
+
+
+def test_step_gemms_benchmark_shapes(tmp_path):
+    """The step's products have the model's shapes and add up to the step."""
+    out = tmp_path / "gemms.json"
+    cmd = [
+        sys.executable,
+        str(_script("benchmark_step_gemms.py")),
+        *("--hidden-size", "48", "--layers", "3", "--mlp-ratio", "2.5"),
+        *("--vocab-size", "97", "--tokens", "7+5,3", "--ceiling-size", "64"),
+        *("--iters", "2", "--json", str(out)),
+    ]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    res = json.loads(out.read_text())
+    assert res["intermediate_size"] == 120
+    for step, rows in zip(res["steps"], (12, 3)):
+        parts = step["parts"]
+        assert {k: (v["m"], v["k"], v["n"]) for k, v in parts.items()} == {
+            "in_proj": (rows, 48, 192),
+            "gate_up_proj": (rows, 48, 240),
+            "down_proj": (rows, 120, 48),
+            "lm_head": (step["sampled"], 48, 97),
+        }
+        layer_ms = sum(v["ms"] for k, v in parts.items() if k != "lm_head")
+        total = 3 * layer_ms + parts["lm_head"]["ms"]
+        assert step["step_gemm_ms"] == pytest.approx(total)
+        assert all(v["ms"] > 0 for v in parts.values())
