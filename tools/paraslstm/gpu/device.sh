@@ -44,8 +44,11 @@
 #             matplotlib is), each server's log (its 10 s stats lines) and
 #             nvidia-smi dmon's GPU utilization (dmon-serving-S.log) and top's
 #             per-process CPU (top-serving-S.log); no run
-#             starts after 480 s; PARASLSTM_PYSPY="DELAY SECONDS" also
-#             samples the engine core with py-spy (pyspy-serving-S.txt);
+#             starts after 480 s; PARASLSTM_PYSPY="DELAY SECONDS [ready]"
+#             also samples the engine core with py-spy (pyspy-serving-S.txt;
+#             DELAY from the stage's start, or from the first server's
+#             readiness with `ready`); a server left running by a call the
+#             device tool cut off is stopped first;
 #             ARGS `--profile-dir $OUT/prof` has the engine's torch profiler
 #             record steps of each model's first run (its kernel table)
 #   prefix "ARGS"  benchmarks/paraslstm/benchmark_prefix_caching.py ARGS
@@ -366,6 +369,17 @@ print('vllm', vllm.__version__, 'torch', torch.__version__, \
         install_pack_wheels || exit 3
         read -r -a extra <<<"$2"
         note "serve $1 ${extra[*]}"
+        # A call the device tool cut off leaves its server running on the
+        # warm machine, holding GPU memory (2026-12-06): stop it first.
+        left=$(nvidia-smi --query-compute-apps=pid --format=csv,noheader)
+        if [[ -n $left ]]; then
+            note "serve: stopping a previous call's server (GPU pids $(echo $left))"
+            pkill -f 'vllm_cli.py serve'; pkill -f 'VLLM::'; kill $left 2>/dev/null
+            for _ in $(seq 30); do
+                [[ -z $(nvidia-smi --query-compute-apps=pid --format=csv,noheader) ]] && break
+                sleep 1
+            done
+        fi
         # the engine core's one thread can bound a served step: name the host
         note "host: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2) ($(nproc) cores)"
         plot=()  # without matplotlib there: --replot the jsonl elsewhere
@@ -377,12 +391,19 @@ print('vllm', vllm.__version__, 'torch', torch.__version__, \
         timeout 600 top -b -c -w 200 -d 5 2>&1 | awk '/^top -/{n=0} n++<24 {print; fflush()}' \
             >"$LOGS/top-serving-$1.log" &
         topp=$!
-        # PARASLSTM_PYSPY="DELAY SECONDS": py-spy samples of the engine core
-        # (with one GPU the model runner's Python runs in it too) from DELAY s
-        # after the stage starts, for SECONDS s
+        # PARASLSTM_PYSPY="DELAY SECONDS [ready]": py-spy samples of the engine
+        # core (with one GPU the model runner's Python runs in it too) from
+        # DELAY s after the stage starts (with `ready`: after the first
+        # server is ready), for SECONDS s
         if [[ -n ${PARASLSTM_PYSPY:-} ]]; then
-            read -r delay secs <<<"$PARASLSTM_PYSPY"
-            (sleep "$delay"
+            read -r delay secs from <<<"$PARASLSTM_PYSPY"
+            (if [[ ${from:-} == ready ]]; then
+                 for _ in $(seq 590); do
+                     grep -q "ready in" "$LOGS/serving-$1.log" 2>/dev/null && break
+                     sleep 1
+                 done
+             fi
+             sleep "$delay"
              # the engine core is the server's one process on the GPU
              pid=$(nvidia-smi --query-compute-apps=pid --format=csv,noheader | head -n 1)
              spy=$(find $SITE -path '*bin/py-spy' -type f | head -n 1)

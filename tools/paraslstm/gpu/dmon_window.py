@@ -5,10 +5,11 @@
 Reads the serve stage's `nvidia-smi dmon -s u -o DT` log and its jsonl rows
 (whose `started`/`ended` fields are in dmon's local time format) and prints,
 per row, SM% in 5-s means over the run and the mean over its decode phase:
-from `--head` seconds after the GPU's first busy stretch (5 s at SM >= 50%:
-the client has sent its requests; the head covers the first batch's prefill)
-to the last `--tail` fraction of the run (the batch draining below
-max-num-seqs).
+from `--head` seconds after the GPU's first busy stretch (5 s at SM >=
+`--busy`%: the client has sent its requests; the head covers the first
+batch's prefill) to the last `--tail` fraction of the run (the batch
+draining below max-num-seqs). A run whose GPU never reaches `--busy` for
+5 s (host-bound) gets no decode window; give it a lower `--busy`.
 
     python3 tools/paraslstm/gpu/dmon_window.py dmon-serving-7b.log serving-7b.jsonl
 """
@@ -42,6 +43,7 @@ def main() -> None:
     p.add_argument("jsonl")
     p.add_argument("--head", type=float, default=10.0)
     p.add_argument("--tail", type=float, default=0.3)
+    p.add_argument("--busy", type=int, default=50)
     args = p.parse_args()
     sm = read_dmon(args.dmon)
     if not sm:
@@ -58,12 +60,10 @@ def main() -> None:
             (
                 (run[i][0] - t0).total_seconds()
                 for i in range(len(run))
-                if all(v >= 50 for _, v in run[i : i + 5])
+                if all(v >= args.busy for _, v in run[i : i + 5])
             ),
-            0.0,
+            None,
         )
-        lo, hi = busy + args.head, span * (1 - args.tail)
-        decode = [v for t, v in run if lo <= (t - t0).total_seconds() <= hi]
         means = [
             round(statistics.mean(v for _, v in run[i : i + 5]))
             for i in range(0, len(run), 5)
@@ -73,6 +73,11 @@ def main() -> None:
             label += f"@{row['max_concurrency']}"
         print(f"{label}: {span:.0f} s, {row['output_tok_s']:.0f} out tok/s")
         print(f"  SM% 5-s means: {means}")
+        if busy is None:
+            print(f"  no 5-s stretch at SM >= {args.busy}%: no decode window")
+            continue
+        lo, hi = busy + args.head, span * (1 - args.tail)
+        decode = [v for t, v in run if lo <= (t - t0).total_seconds() <= hi]
         if decode:
             print(
                 f"  decode phase ({lo:.0f}-{hi:.0f} s): SM mean "
