@@ -79,6 +79,7 @@ export TRITON_CACHE_DIR="${TRITON_CACHE_DIR:-/tmp/triton-cache}"
 STATUS=0
 
 note() { echo "=== [$(date +%H:%M:%S)] $*"; }
+gpu_pids() { nvidia-smi --query-compute-apps=pid --format=csv,noheader; }
 need_site() { [[ -f $SITE/.b_ok ]] || { echo "device.sh: no vLLM in $SITE (run a, b)"; exit 3; }; }
 
 run_pytest() {  # name, timeout, pytest args...
@@ -371,12 +372,12 @@ print('vllm', vllm.__version__, 'torch', torch.__version__, \
         note "serve $1 ${extra[*]}"
         # A call the device tool cut off leaves its server running on the
         # warm machine, holding GPU memory (2026-12-06): stop it first.
-        left=$(nvidia-smi --query-compute-apps=pid --format=csv,noheader)
+        left=$(gpu_pids)
         if [[ -n $left ]]; then
             note "serve: stopping a previous call's server (GPU pids $(echo $left))"
             pkill -f 'vllm_cli.py serve'; pkill -f 'VLLM::'; kill $left 2>/dev/null
             for _ in $(seq 30); do
-                [[ -z $(nvidia-smi --query-compute-apps=pid --format=csv,noheader) ]] && break
+                [[ -z $(gpu_pids) ]] && break
                 sleep 1
             done
         fi
@@ -399,13 +400,13 @@ print('vllm', vllm.__version__, 'torch', torch.__version__, \
             read -r delay secs from <<<"$PARASLSTM_PYSPY"
             (if [[ ${from:-} == ready ]]; then
                  for _ in $(seq 590); do
-                     grep -q "ready in" "$LOGS/serving-$1.log" 2>/dev/null && break
+                     grep -q "^== .*: ready in" "$LOGS/serving-$1.log" 2>/dev/null && break
                      sleep 1
                  done
              fi
              sleep "$delay"
              # the engine core is the server's one process on the GPU
-             pid=$(nvidia-smi --query-compute-apps=pid --format=csv,noheader | head -n 1)
+             pid=$(gpu_pids | head -n 1)
              spy=$(find $SITE -path '*bin/py-spy' -type f | head -n 1)
              if [[ -n $pid && -n $spy ]]; then
                  chmod +x "$spy"
