@@ -388,9 +388,12 @@ print('vllm', vllm.__version__, 'torch', torch.__version__, \
         # GPU utilization a second, beside the rows' front-end and engine CPU
         nvidia-smi dmon -s u -d 1 -o DT >"$LOGS/dmon-serving-$1.log" 2>&1 &
         dmon=$!
-        # and each process's CPU every 5 s (API servers, engine core, client)
-        timeout 600 top -b -c -w 200 -d 5 2>&1 | awk '/^top -/{n=0} n++<24 {print; fflush()}' \
-            >"$LOGS/top-serving-$1.log" &
+        # and each process's CPU over 4-s frames (API servers, engine core,
+        # client); one top per frame, so a frame is in the log once it ends
+        # (one long top's output sat in the pipe when the stage stopped it)
+        timeout 600 bash -c 'while :; do top -b -c -w 200 -d 4 -n 2 |
+            awk "/^top -/ {f++} f == 2 && n++ < 24"; done' \
+            >"$LOGS/top-serving-$1.log" 2>&1 &
         topp=$!
         # PARASLSTM_PYSPY="DELAY SECONDS [ready]": py-spy samples of the engine
         # core (with one GPU the model runner's Python runs in it too) from
