@@ -389,8 +389,8 @@ print('vllm', vllm.__version__, 'torch', torch.__version__, \
         nvidia-smi dmon -s u -d 1 -o DT >"$LOGS/dmon-serving-$1.log" 2>&1 &
         dmon=$!
         # and each process's CPU over 4-s frames (API servers, engine core,
-        # client); one top per frame, so a frame is in the log once it ends
-        # (one long top's output sat in the pipe when the stage stopped it)
+        # client); one top per frame: its exit flushes the frame to the log,
+        # where one long top's buffered last frames were lost when stopped
         timeout 600 bash -c 'while :; do top -b -c -w 200 -d 4 -n 2 |
             awk "/^top -/ {f++} f == 2 && n++ < 24"; done' \
             >"$LOGS/top-serving-$1.log" 2>&1 &
